@@ -1,0 +1,3 @@
+"""ordersim: a research simulator for example-ordering algorithms in (distributed) SGD."""
+
+__version__ = "0.1.0"

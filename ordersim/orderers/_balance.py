@@ -1,0 +1,141 @@
+"""Numba kernels shared by the balancing orderers: the sign choice and the two reorder loops.
+
+The kernels keep their whole state in preallocated arrays that the orderer object owns, so a call
+allocates nothing and the same kernels can be called from other jitted code (the serial simulator).
+Signs follow ../shared/docs/algorithms.md: deterministic (eps = +1 iff <s,v> <= 0, or < 0 with
+tie="minus") or the self-balancing walk (eps = +1 with probability 1/2 - <s,v>/(2c), clipped).
+"""
+
+import numpy as np
+from numba import njit
+
+SIGN_DETERMINISTIC = 0
+SIGN_WALK = 1
+
+
+@njit(inline="always")
+def choose_sign(dot, mode, tie_plus, walk_c, u):
+    if mode == SIGN_DETERMINISTIC:
+        if dot < 0.0 or (dot == 0.0 and tie_plus):
+            return 1.0
+        return -1.0
+    p = 0.5 - dot / (2.0 * walk_c)
+    return 1.0 if u < p else -1.0
+
+
+@njit(cache=True)
+def mean_balance_observe(grads, start, order, next_order, s, mean_prev, grad_sum, left, right,
+                         u, mode, tie_plus, walk_c, discrepancy, walk_failures):
+    """GraB's mean balance, every row on its own: v = g - mean of the previous epoch's gradients.
+
+    grads (m, b, d) holds visit positions start..start+b-1 of each row. +1 examples fill row i of
+    next_order from the left in arrival order, -1 examples from the right (reverse arrival order).
+    """
+    m, b, d = grads.shape
+    for j in range(b):
+        t = start + j
+        for i in range(m):
+            dot = 0.0
+            for k in range(d):
+                dot += s[i, k] * (grads[i, j, k] - mean_prev[i, k])
+            eps = choose_sign(dot, mode, tie_plus, walk_c, u[i, t])
+            if mode == SIGN_WALK and abs(dot) > walk_c:
+                walk_failures[i] += 1
+            peak = 0.0
+            for k in range(d):
+                g = grads[i, j, k]
+                s[i, k] += eps * (g - mean_prev[i, k])
+                grad_sum[i, k] += g
+                peak = max(peak, abs(s[i, k]))
+            discrepancy[i] = max(discrepancy[i], peak)
+            if eps > 0.0:
+                next_order[i, left[i]] = order[i, t]
+                left[i] += 1
+            else:
+                next_order[i, right[i]] = order[i, t]
+                right[i] -= 1
+
+
+@njit(cache=True)
+def pair_balance_observe(grads, start, order, next_order, s, pending, left, right,
+                         u, mode, tie_plus, walk_c, discrepancy, walk_failures):
+    """PairBalance: consecutive visit positions (2k, 2k+1) form a pair, v = g_first - g_second.
+
+    ``s`` has one row per worker (independent, d-grab-pair) or a single shared row (cd-grab), and
+    the pair's workers are visited in worker order inside every pair index, so with a shared row
+    the walk is the coordinated one of CD-GraB. ``pending`` keeps a copy of each row's first
+    gradient, since the caller may overwrite its buffer before the partner arrives.
+    With n odd the last example has no partner and takes the one free slot (left == right).
+    """
+    m, b, d = grads.shape
+    n = order.shape[1]
+    shared = s.shape[0] == 1
+    for j in range(b):
+        t = start + j
+        if t % 2 == 0:
+            if t == n - 1:
+                for i in range(m):
+                    next_order[i, left[i]] = order[i, t]
+            else:
+                for i in range(m):
+                    for k in range(d):
+                        pending[i, k] = grads[i, j, k]
+            continue
+        pair = t // 2
+        for i in range(m):
+            r = 0 if shared else i
+            dot = 0.0
+            for k in range(d):
+                dot += s[r, k] * (pending[i, k] - grads[i, j, k])
+            eps = choose_sign(dot, mode, tie_plus, walk_c, u[i, pair])
+            if mode == SIGN_WALK and abs(dot) > walk_c:
+                walk_failures[i] += 1
+            peak = 0.0
+            for k in range(d):
+                s[r, k] += eps * (pending[i, k] - grads[i, j, k])
+                peak = max(peak, abs(s[r, k]))
+            discrepancy[r] = max(discrepancy[r], peak)
+            first, second = order[i, t - 1], order[i, t]
+            if eps > 0.0:
+                next_order[i, left[i]] = first
+                next_order[i, right[i]] = second
+            else:
+                next_order[i, left[i]] = second
+                next_order[i, right[i]] = first
+            left[i] += 1
+            right[i] -= 1
+
+
+class BalancingState:
+    """Mixin for orderers that balance signs: the arrays every balancing kernel shares."""
+
+    def _setup_balance(self, sum_rows: int) -> None:
+        m, n, d = self.workers, self.examples, self.dim
+        self.running_sum = np.zeros((sum_rows, d))
+        self.next_order = np.empty((m, n), dtype=np.int64)
+        self.left = np.zeros(m, dtype=np.int64)
+        self.right = np.zeros(m, dtype=np.int64)
+        self.discrepancy = np.zeros(sum_rows)
+        self.walk_failures = np.zeros(m, dtype=np.int64)
+        self.uniforms = np.zeros((m, n))
+        self._mode = SIGN_WALK if self.sign == "walk" else SIGN_DETERMINISTIC
+        self._tie_plus = self.tie == "plus"
+
+    def _begin_balance(self) -> None:
+        self.running_sum[:] = 0.0
+        self.left[:] = 0
+        self.right[:] = self.examples - 1
+        self.discrepancy[:] = 0.0
+        self.walk_failures[:] = 0
+        if self._mode == SIGN_WALK:
+            self.uniforms = self.walk_uniforms()
+
+    @property
+    def balance_discrepancy(self) -> float:
+        """max_k ||s_k||_inf over the epoch so far (the largest over independent rows)."""
+        return float(self.discrepancy.max())
+
+    def _finish_balance(self) -> np.ndarray:
+        result = self.next_order
+        self.next_order = np.empty_like(result)
+        return result

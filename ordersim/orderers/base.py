@@ -1,0 +1,170 @@
+"""The Orderer contract shared by every ordering algorithm.
+
+An orderer owns the visit orders of m workers, each over its own n local examples. One epoch:
+
+    order = o.begin_epoch()   # int64 (m, n)
+    o.observe(grads)          # float64 (m, b, d), the next b examples of every row, in visit order
+    ...                       # until all n examples of every row were observed
+    o.end_epoch()             # builds the order that the next begin_epoch() returns
+
+Subclasses set ``name``, ``description`` and ``needs_gradients`` and implement ``_begin``,
+``_observe`` and ``_next_order``. All per-example work happens in Numba kernels; this class only
+validates arguments and keeps the epoch bookkeeping, so ``observe`` costs O(1) Python per call.
+"""
+
+import math
+
+import numpy as np
+
+from ordersim.streams import stream
+
+SIGNS = ("deterministic", "walk")
+TIES = ("plus", "minus")
+FIRST_ORDERS = ("random", "identity")
+
+
+def default_walk_c(total_examples: int, dim: int, delta: float = 0.01) -> float:
+    """The self-balancing walk's c = 30 log(N d / delta), the theory's choice for ||v||_2 <= 1."""
+    return 30.0 * math.log(total_examples * dim / delta)
+
+
+class Orderer:
+    name: str = ""
+    description: str = ""
+    needs_gradients: bool = True
+    # Centralized algorithms are defined for one worker only; they name their distributed versions.
+    centralized_alternatives: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        workers: int,
+        examples: int,
+        dim: int,
+        seed: int = 0,
+        *,
+        first_worker: int = 0,
+        sign: str = "deterministic",
+        walk_c: float | None = None,
+        tie: str = "plus",
+        first_order: str = "random",
+    ):
+        for field, value, low in (
+            ("workers", workers, 1),
+            ("examples", examples, 1),
+            ("dim", dim, 1),
+            ("seed", seed, 0),
+            ("first_worker", first_worker, 0),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{self.name}: {field} must be an integer >= {low}, got {value!r}")
+        if self.centralized_alternatives and workers != 1:
+            raise ValueError(
+                f"{self.name} is the centralized algorithm and takes workers=1, got workers={workers}; "
+                f"for several workers use {' or '.join(self.centralized_alternatives)}"
+            )
+        if sign not in SIGNS:
+            raise ValueError(f"{self.name}: sign must be one of {SIGNS}, got {sign!r}")
+        if tie not in TIES:
+            raise ValueError(f"{self.name}: tie must be one of {TIES}, got {tie!r}")
+        if first_order not in FIRST_ORDERS:
+            raise ValueError(f"{self.name}: first_order must be one of {FIRST_ORDERS}, got {first_order!r}")
+        if walk_c is None:
+            walk_c = default_walk_c(workers * examples, dim)
+        if not (isinstance(walk_c, (int, float, np.floating)) and math.isfinite(walk_c) and walk_c > 0):
+            raise ValueError(f"{self.name}: walk_c must be a finite number > 0, got {walk_c!r}")
+
+        self.workers, self.examples, self.dim = int(workers), int(examples), int(dim)
+        self.seed, self.first_worker = int(seed), int(first_worker)
+        self.sign, self.tie, self.first_order = sign, tie, first_order
+        self.walk_c = float(walk_c)
+        self.epoch = 0  # index of the epoch that begin_epoch() starts next (or is inside)
+        self.observed = 0  # examples of every row observed in the current epoch
+        self.in_epoch = False
+        self.order = np.empty((self.workers, self.examples), dtype=np.int64)
+        for i in range(self.workers):
+            self.order[i] = self._first_row(i)
+        self._setup()
+
+    # -- helpers for subclasses -------------------------------------------------------------------
+    def stream(self, purpose: str, row: int, epoch: int) -> np.random.Generator:
+        """The random stream of local row ``row`` (global worker first_worker + row) in ``epoch``."""
+        return stream(self.seed, purpose, self.first_worker + row, epoch)
+
+    def random_row(self, row: int, epoch: int) -> np.ndarray:
+        return self.stream("order", row, epoch).permutation(self.examples).astype(np.int64)
+
+    def _first_row(self, row: int) -> np.ndarray:
+        if self.first_order == "identity":
+            return np.arange(self.examples, dtype=np.int64)
+        return self.random_row(row, 0)
+
+    def walk_uniforms(self) -> np.ndarray:
+        """Uniforms for this epoch's sign decisions: u[i, k] serves worker i's k-th decision."""
+        u = np.empty((self.workers, self.examples))
+        for i in range(self.workers):
+            u[i] = self.stream("walk", i, self.epoch).random(self.examples)
+        return u
+
+    # -- hooks --------------------------------------------------------------------------------------
+    def _setup(self) -> None:
+        """Allocate per-run state (called once, after the first order is set)."""
+
+    def _begin(self) -> None:
+        """Reset per-epoch state before the epoch's first observe()."""
+
+    def _observe(self, grads: np.ndarray, start: int) -> None:
+        """Consume grads (m, b, d): positions start..start+b-1 of every row's visit order."""
+
+    def _next_order(self) -> np.ndarray:
+        """The order of the next epoch (m, n), built from what this epoch observed."""
+        raise NotImplementedError
+
+    # -- public API ---------------------------------------------------------------------------------
+    def begin_epoch(self) -> np.ndarray:
+        if self.in_epoch:
+            raise ValueError(f"{self.name}: begin_epoch() called twice; call end_epoch() first")
+        self.in_epoch = True
+        self.observed = 0
+        self._begin()
+        return self.order.copy()
+
+    def observe(self, grads: np.ndarray) -> None:
+        if not self.in_epoch:
+            raise ValueError(f"{self.name}: observe() outside an epoch; call begin_epoch() first")
+        if not isinstance(grads, np.ndarray) or grads.dtype != np.float64:
+            raise ValueError(
+                f"{self.name}: observe() expects a float64 numpy array of shape "
+                f"({self.workers}, b, {self.dim}), got {getattr(grads, 'dtype', type(grads).__name__)}"
+            )
+        if grads.ndim != 3 or grads.shape[0] != self.workers or grads.shape[2] != self.dim:
+            raise ValueError(
+                f"{self.name}: observe() expects shape ({self.workers}, b, {self.dim}), got {grads.shape}"
+            )
+        b = grads.shape[1]
+        left = self.examples - self.observed
+        if b < 1 or b > left:
+            raise ValueError(
+                f"{self.name}: observe() got {b} examples per row but the epoch has {left} of "
+                f"{self.examples} left (b must be 1..{left})"
+            )
+        if self.needs_gradients:
+            self._observe(grads, self.observed)
+        self.observed += b
+
+    def end_epoch(self) -> None:
+        if not self.in_epoch:
+            raise ValueError(f"{self.name}: end_epoch() without begin_epoch()")
+        if self.needs_gradients and self.observed != self.examples:
+            raise ValueError(
+                f"{self.name}: end_epoch() after {self.observed} of {self.examples} examples per row; "
+                f"this orderer needs the gradients of every example before it can build the next order"
+            )
+        self.epoch += 1
+        self.order = self._next_order()
+        self.in_epoch = False
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(name={self.name!r}, workers={self.workers}, examples={self.examples}, "
+            f"dim={self.dim}, seed={self.seed}, epoch={self.epoch})"
+        )
