@@ -1,0 +1,3 @@
+from ordersim.cli import main
+
+raise SystemExit(main())
