@@ -32,6 +32,9 @@ class Orderer:
     name: str = ""
     description: str = ""
     needs_gradients: bool = True
+    # Coordinated orderers need every worker's gradients on every rank (one shared walk); the others
+    # run independently per worker, so an MPI rank builds only its own workers' orders.
+    coordinated: bool = False
     # Centralized algorithms are defined for one worker only; they name their distributed versions.
     centralized_alternatives: tuple[str, ...] = ()
 

@@ -8,4 +8,4 @@ class CoordinatedGraB(DistributedPairGraB):
 
     name = "cd-grab"
     description = "CD-GraB: PairBalance across workers with one shared running sum (coordinated)"
-    shared_walk = True
+    coordinated = True

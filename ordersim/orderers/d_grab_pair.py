@@ -9,10 +9,9 @@ class DistributedPairGraB(BalancingState, Orderer):
 
     name = "d-grab-pair"
     description = "ID-GraB (PairBal): every worker runs PairBalance on its own, no coordination"
-    shared_walk = False
 
     def _setup(self):
-        self._setup_balance(1 if self.shared_walk else self.workers)
+        self._setup_balance(1 if self.coordinated else self.workers)
         self.pending = np.zeros((self.workers, self.dim))
 
     def _begin(self):
