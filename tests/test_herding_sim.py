@@ -1,0 +1,200 @@
+"""The random-vector herding experiment: run() and the herding-sim command, at small sizes."""
+
+import json
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+import ordersim
+from ordersim import herding_sim
+from ordersim.herding_sim import main, random_vectors, run
+from ordersim.metrics import parallel_herding
+from ordersim.streams import stream
+
+ORDERERS = ("rr", "d-grab", "d-grab-pair", "cd-grab")
+SMALL = dict(dim=16, rounds=5)
+
+
+@pytest.fixture(scope="module")
+def small_runs():
+    """{(m, seed): run(...)} for m in {2, 4}, m*n = 2000, rounds 5."""
+    return {(m, seed): run(m, 2000 // m, seed=seed, **SMALL) for m in (2, 4) for seed in (0, 1, 2)}
+
+
+def test_run_returns_one_curve_of_rounds_plus_one_per_orderer(small_runs):
+    for result in small_runs.values():
+        assert list(result) == list(ORDERERS)
+        for values in result.values():
+            assert values.shape == (SMALL["rounds"] + 1,) and values.dtype == np.float64
+            assert np.all(np.isfinite(values)) and np.all(values > 0)
+
+
+def test_every_orderer_starts_from_the_same_random_order(small_runs):
+    for result in small_runs.values():
+        starts = {name: values[0] for name, values in result.items()}
+        assert len(set(starts.values())) == 1, starts
+
+
+def test_balancing_orderers_end_far_below_random_reshuffling(small_runs):
+    # Measured at these sizes: rr ends near 13-15, the balancing orderers near 2-4.5.
+    for (m, seed), result in small_runs.items():
+        rr = result["rr"][-1]
+        for name in ("d-grab", "d-grab-pair", "cd-grab"):
+            assert result[name][-1] < rr / 2, (m, seed, name, result[name][-1], rr)
+        assert result["cd-grab"][-1] < result["cd-grab"][0] / 4
+
+
+def test_rr_rounds_are_fresh_random_permutations():
+    m, n, rounds = 3, 50, 3
+    values = run(m, n, dim=4, rounds=rounds, orderers=["rr"], seed=7)["rr"]
+    z = random_vectors(m, n, 4, 7)
+    for r in range(rounds + 1):
+        orders = np.stack([stream(7, "order", i, r).permutation(n) for i in range(m)])
+        assert values[r] == parallel_herding(z, orders)
+
+
+def test_vectors_are_unit_norm_then_centered_and_do_not_depend_on_m():
+    z2, z4 = random_vectors(2, 100, 8, 3), random_vectors(4, 100, 8, 3)
+    np.testing.assert_array_equal(z2, z4[:2])
+    np.testing.assert_allclose(z4.mean(axis=1), 0.0, atol=1e-15)
+    raw = stream(3, "vectors", 1, 0).standard_normal((100, 8))
+    raw /= np.linalg.norm(raw, axis=1, keepdims=True)
+    np.testing.assert_array_equal(z4[1], raw - raw.mean(axis=0))
+
+
+def test_chunked_observation_gives_identical_results(monkeypatch):
+    whole = run(3, 101, dim=5, rounds=3, orderers=["d-grab", "cd-grab"], batch=2)
+    monkeypatch.setattr(herding_sim, "CHUNK_ELEMENTS", 3 * 5 * 7)  # chunks of 7, last one short
+    chunked = run(3, 101, dim=5, rounds=3, orderers=["d-grab", "cd-grab"], batch=2)
+    for name in whole:
+        np.testing.assert_array_equal(whole[name], chunked[name])
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(workers=0, examples=10), ["workers", ">= 1", "0"]),
+        (dict(workers=2, examples=10, rounds=-1), ["rounds", ">= 0"]),
+        (dict(workers=2, examples=10, batch=11), ["batch", "1..10", "11"]),
+        (dict(workers=2, examples=10, orderers=["nope"]), ["unknown orderer 'nope'", "cd-grab"]),
+        (dict(workers=2, examples=10, orderers=["grab"]), ["grab", "1 worker", "d-grab"]),
+        (dict(workers=2, examples=10, orderers=["wr"]), ["wr", "permutations"]),
+    ],
+)
+def test_run_rejects_bad_arguments(kwargs, words):
+    with pytest.raises(ValueError) as info:
+        run(**kwargs)
+    for word in words:
+        assert word in str(info.value)
+
+
+# -- the command ------------------------------------------------------------------------------------
+def test_cli_writes_the_documented_hdf5_layout(tmp_path, capsys):
+    out = tmp_path / "h.h5"
+    args = ["--workers", "2", "4", "--total", "2000", "--rounds", "5", "--seed", "1", "--out", str(out)]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("herding") >= 8  # a progress line per (m, orderer)
+    assert f"results: {out}" in printed
+    table = printed[printed.index("parallel herding"):].splitlines()
+    assert all(name in table[1] for name in ORDERERS)
+    assert table[2].split()[:2] == ["2", "1000"] and table[3].split()[:2] == ["4", "500"]
+
+    with h5py.File(out, "r") as f:
+        assert f.attrs["ordersim_version"] == ordersim.__version__
+        assert f.attrs["experiment"] == "herding-sim"
+        assert "start_time" in f.attrs and "end_time" in f.attrs
+        config = json.loads(f.attrs["config"])
+        assert config["workers"] == [2, 4] and config["total"] == 2000 and config["rounds"] == 5
+        assert config["orderers"] == list(ORDERERS) and config["seed"] == 1 and config["dim"] == 16
+        assert sorted(f) == ["m_2", "m_4"]
+        for m in (2, 4):
+            group = f[f"m_{m}"]
+            assert group.attrs["workers"] == m and group.attrs["examples_per_worker"] == 2000 // m
+            expected = run(m, 2000 // m, rounds=5, seed=1)
+            assert sorted(group) == sorted(ORDERERS)
+            for name in ORDERERS:
+                data = group[name]
+                np.testing.assert_array_equal(data[()], expected[name])
+                assert data.attrs["orderer"] == name and data.attrs["rounds"] == 5
+                assert data.attrs["norm"] == "inf" and data.attrs["seconds"] >= 0
+            # The table shows the final value of every orderer and the shared start.
+            row = next(line.split() for line in table[2:] if line.split()[0] == str(m))
+            assert float(row[2]) == pytest.approx(expected["rr"][0], abs=1e-3)
+            assert [float(x) for x in row[3:]] == pytest.approx([expected[o][-1] for o in ORDERERS], abs=1e-3)
+
+
+def test_cli_quiet_prints_only_the_table(tmp_path, capsys):
+    out = tmp_path / "q.h5"
+    assert main(["--workers", "2", "--total", "40", "--rounds", "1", "--orderers", "cd-grab", "--quiet",
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("parallel herding") and len(printed) == 4
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--orderers", "rr", "nope"], ["--orderers", "'nope'", "cd-grab", "rr"]),
+        (["--orderers", "grab"], ["--orderers", "grab", "1 worker"]),
+        (["--orderers", "wr"], ["--orderers", "wr", "permutations"]),
+        (["--orderers", "rr", "rr"], ["--orderers", "'rr'", "twice"]),
+        (["--workers", "0"], ["--workers", "0"]),
+        (["--workers", "2", "-3"], ["--workers", "-3"]),
+        (["--workers", "2", "2"], ["--workers", "twice"]),
+        (["--workers", "5000"], ["--workers", "5000", "--total"]),
+        (["--total", "0"], ["--total", ">= 1", "0"]),
+        (["--dim", "0"], ["--dim", ">= 1", "0"]),
+        (["--rounds", "-1"], ["--rounds", ">= 0", "-1"]),
+        (["--batch", "0"], ["--batch", "0"]),
+        (["--batch", "2000"], ["--batch", "2000"]),
+        (["--seed", "-1"], ["--seed", "-1"]),
+        (["--workers", "two"], ["--workers", "'two'"]),
+        (["--bogus"], ["--bogus"]),
+    ],
+)
+def test_cli_rejects_bad_options_with_one_line_and_no_file(tmp_path, capsys, args, words):
+    out = tmp_path / "never.h5"
+    base = ["--workers", "2", "4", "--total", "2000", "--rounds", "1"]
+    assert _exit_code(base + args + ["--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    message = captured.err.strip()
+    assert "\n" not in message and message.startswith("python -m ordersim herding-sim: error:")
+    for word in words:
+        assert word in message, (word, message)
+    assert not out.exists()
+
+
+def _exit_code(args):
+    """main()'s return value, or the code of the SystemExit that argparse raises."""
+    try:
+        return main(args)
+    except SystemExit as stop:
+        return stop.code
+
+
+@pytest.mark.parametrize("where", ["missing_dir", "directory"])
+def test_cli_checks_the_output_path_before_computing(tmp_path, capsys, monkeypatch, where):
+    out = tmp_path / "no" / "such" / "dir" / "x.h5" if where == "missing_dir" else tmp_path
+    monkeypatch.setattr(herding_sim, "run", lambda *a, **k: pytest.fail("computed before checking --out"))
+    assert main(["--workers", "2", "--total", "20", "--out", str(out)]) == 2
+    message = capsys.readouterr().err.strip()
+    assert "\n" not in message and "--out" in message and str(out) in message
+
+
+def test_module_entry_point_runs_and_reports_errors(tmp_path):
+    out = tmp_path / "cli.h5"
+    command = [sys.executable, "-m", "ordersim", "herding-sim"]
+    ok = subprocess.run(command + ["--workers", "1", "2", "--total", "64", "--rounds", "2", "--orderers", "rr",
+                                   "cd-grab", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    with h5py.File(out, "r") as f:
+        assert f["m_1/cd-grab"].shape == (3,) and f["m_2/rr"].shape == (3,)
+    bad = subprocess.run(command + ["--orderers", "nope", "--out", str(tmp_path / "bad.h5")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "bad.h5").exists()
