@@ -1,0 +1,29 @@
+"""Scalar Numba helpers shared by the problem kernels (numerically stable forms)."""
+
+import math
+
+from numba import njit
+
+
+@njit(cache=True, inline="always")
+def log1pexp(z):
+    """log(1 + exp(z)) without overflow."""
+    if z > 0.0:
+        return z + math.log1p(math.exp(-z))
+    return math.log1p(math.exp(z))
+
+
+@njit(cache=True, inline="always")
+def sigmoid(z):
+    if z >= 0.0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+@njit(cache=True, inline="always")
+def half_sq_norm(x):
+    s = 0.0
+    for j in range(x.shape[0]):
+        s += x[j] * x[j]
+    return 0.5 * s

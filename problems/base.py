@@ -1,0 +1,151 @@
+"""The Problem contract shared by every finite-sum objective f(x) = (1/N) sum_i f_i(x).
+
+A problem module in ``problems/`` defines one ``Problem`` subclass with a ``name`` and four Numba
+kernels exposed as staticmethods (so other ``@njit`` code can take them as arguments):
+
+    batch_grads(x, A, y, idx, params, out) -> float   out[r] = grad f_{idx[r]}(x); returns sum_r f_{idx[r]}(x)
+    full_loss(x, A, y, idx, params) -> float          mean of f_i over idx
+    full_grad(x, A, y, idx, params, out) -> float     out = mean gradient over idx; returns the mean loss
+    accuracy(x, A, y, idx, params) -> float           classification accuracy over idx (NaN for regression)
+
+Every f_i includes the regularizer, so the mean of the f_i is the objective. A is (N, p) float64
+C-contiguous, y (N,) float64, idx int64 (k,), out float64 (k, dim) or (dim,), params float64 (the
+problem's hyperparameters, see ``kernel_params``). See docs/problems.md for a worked example.
+"""
+
+import math
+
+import numpy as np
+
+LABEL_KINDS = ("binary", "multiclass", "real")
+
+
+def option_float(problem: str, name: str, value, low: float = 0.0, low_open: bool = False) -> float:
+    """A finite float >= low (> low with low_open), or a one-line ValueError naming the option."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if ok:
+        value = float(value)
+        ok = math.isfinite(value) and (value > low if low_open else value >= low)
+    if not ok:
+        rel = ">" if low_open else ">="
+        raise ValueError(f"{problem}: option {name} must be a finite number {rel} {low:g}, got {value!r}")
+    return value
+
+
+def option_int(problem: str, name: str, value, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{problem}: option {name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def option_choice(problem: str, name: str, value, choices) -> str:
+    if value not in choices:
+        raise ValueError(f"{problem}: option {name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def spectral_extremes(A: np.ndarray) -> tuple[float, float]:
+    """Largest and smallest eigenvalue of A^T A / N."""
+    N, p = A.shape
+    if p <= 4000:
+        eig = np.linalg.eigvalsh(A.T @ A / N)
+        return float(eig[-1]), float(max(eig[0], 0.0))
+    from scipy.sparse.linalg import svds  # pragma: no cover - large p only
+
+    smax = svds(A, k=1, which="LM", return_singular_vectors=False)[0]
+    return float(smax**2 / N), 0.0  # pragma: no cover
+
+
+def max_row_norm2(A: np.ndarray) -> float:
+    return float(np.max(np.einsum("ij,ij->i", A, A))) if A.shape[0] else 0.0
+
+
+class Problem:
+    name: str = ""
+    description: str = ""
+    convex: bool = False
+    label_kind: str = "real"
+    # option name -> default; every option must be listed here (unknown names are rejected)
+    defaults: dict = {}
+
+    def __init__(self, features: int, classes: int = 0, **options):
+        for field, value, low in (("features", features, 1), ("classes", classes, 0)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"{self.name}: {field} must be an integer >= {low}, got {value!r}")
+        unknown = sorted(set(options) - set(self.defaults))
+        if unknown:
+            allowed = ", ".join(sorted(self.defaults)) or "none"
+            raise ValueError(f"{self.name}: unknown option(s) {', '.join(unknown)}; allowed: {allowed}")
+        self.features = int(features)
+        self.classes = int(classes)
+        resolved = dict(self.defaults)
+        resolved.update(options)
+        self.options = self.validate_options(resolved)
+        self.dim = int(self.parameter_dim())
+        self.params = np.ascontiguousarray(self.kernel_params(), dtype=np.float64)
+
+    # -- hooks for subclasses --------------------------------------------------------------------
+    def validate_options(self, options: dict) -> dict:
+        """Check and normalize the options (JSON-serializable values); default: lam >= 0."""
+        if "lam" in options:
+            options["lam"] = option_float(self.name, "lam", options["lam"])
+        return options
+
+    def parameter_dim(self) -> int:
+        return self.features
+
+    def kernel_params(self) -> np.ndarray:
+        return np.array([self.options.get("lam", 0.0)])
+
+    def smoothness(self, A: np.ndarray) -> tuple[float, float, float]:
+        """(L, L_max, mu) of the objective over the rows of A; NaN where no bound is known."""
+        return math.nan, math.nan, math.nan
+
+    def hessp(self, x: np.ndarray, v: np.ndarray, A: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Hessian of the mean objective over the rows of A times v (NumPy; convex problems)."""
+        raise NotImplementedError
+
+    def solve_exact(self, A: np.ndarray, y: np.ndarray):
+        """A closed-form minimizer, or None to let the solver iterate."""
+        return None
+
+    # -- shared behaviour ---------------------------------------------------------------------------
+    def initial_point(self, rng: np.random.Generator) -> np.ndarray:
+        return np.zeros(self.dim)
+
+    def allowed_labels(self) -> str:
+        if self.label_kind == "binary":
+            return "-1 and +1 (binary; load the data with label_kind='binary')"
+        if self.label_kind == "multiclass":
+            return (f"the integers 0..{self.classes - 1} (multiclass with {self.classes} classes; load the "
+                    f"data with label_kind='multiclass')")
+        return "finite real numbers"
+
+    def check_labels(self, y) -> None:
+        y = np.asarray(y, dtype=np.float64)
+        if y.ndim != 1:
+            raise ValueError(f"{self.name}: labels must be a 1-d array, got shape {y.shape}")
+        if self.label_kind == "binary":
+            bad = ~((y == 1.0) | (y == -1.0))
+        elif self.label_kind == "multiclass":
+            bad = ~((y == np.round(y)) & (y >= 0) & (y <= self.classes - 1))
+        else:
+            bad = ~np.isfinite(y)
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise ValueError(f"{self.name}: label {y[row]!r} at row {row} is outside the allowed labels: "
+                             f"{self.allowed_labels()}")
+
+    def check_data(self, A, y) -> None:
+        """Shapes, dtype and labels of a data set this problem will run on."""
+        A = np.asarray(A)
+        if A.ndim != 2 or A.shape[1] != self.features:
+            raise ValueError(f"{self.name}: dimension mismatch: the problem was made for {self.features} "
+                             f"features, the data has shape {A.shape}")
+        if np.shape(y) != (A.shape[0],):
+            raise ValueError(f"{self.name}: dimension mismatch: {A.shape[0]} rows of features but labels "
+                             f"of shape {np.shape(y)}")
+        self.check_labels(y)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, features={self.features}, dim={self.dim}, options={self.options})"

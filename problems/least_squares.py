@@ -1,0 +1,95 @@
+"""Ridge least squares: f(x) = (1/N) sum_i 1/2 (a_i^T x - y_i)^2 + (lam/2) ||x||^2."""
+
+import numpy as np
+from numba import njit
+from scipy import linalg
+
+from problems._kernels import half_sq_norm
+from problems.base import Problem, max_row_norm2, spectral_extremes
+
+
+@njit(cache=True)
+def batch_grads(x, A, y, idx, params, out):
+    lam = params[0]
+    d = x.shape[0]
+    reg = lam * half_sq_norm(x)
+    total = 0.0
+    for r in range(idx.shape[0]):
+        i = idx[r]
+        e = -y[i]
+        for j in range(d):
+            e += A[i, j] * x[j]
+        total += 0.5 * e * e + reg
+        for j in range(d):
+            out[r, j] = e * A[i, j] + lam * x[j]
+    return total
+
+
+@njit(cache=True)
+def full_grad(x, A, y, idx, params, out):
+    lam = params[0]
+    d = x.shape[0]
+    k = idx.shape[0]
+    for j in range(d):
+        out[j] = 0.0
+    total = 0.0
+    for r in range(k):
+        i = idx[r]
+        e = -y[i]
+        for j in range(d):
+            e += A[i, j] * x[j]
+        total += 0.5 * e * e
+        for j in range(d):
+            out[j] += e * A[i, j]
+    for j in range(d):
+        out[j] = out[j] / k + lam * x[j]
+    return total / k + lam * half_sq_norm(x)
+
+
+@njit(cache=True)
+def full_loss(x, A, y, idx, params):
+    lam = params[0]
+    d = x.shape[0]
+    k = idx.shape[0]
+    total = 0.0
+    for r in range(k):
+        i = idx[r]
+        e = -y[i]
+        for j in range(d):
+            e += A[i, j] * x[j]
+        total += 0.5 * e * e
+    return total / k + lam * half_sq_norm(x)
+
+
+@njit(cache=True)
+def accuracy(x, A, y, idx, params):
+    return np.nan
+
+
+class LeastSquares(Problem):
+    name = "least-squares"
+    description = "ridge least squares (1/N) sum 1/2 (a_i^T x - y_i)^2 + lam/2 ||x||^2 (convex)"
+    convex = True
+    label_kind = "real"
+    defaults = {"lam": 1e-3}
+
+    batch_grads = staticmethod(batch_grads)
+    full_grad = staticmethod(full_grad)
+    full_loss = staticmethod(full_loss)
+    accuracy = staticmethod(accuracy)
+
+    def smoothness(self, A):
+        lam = self.options["lam"]
+        top, bottom = spectral_extremes(A)
+        return top + lam, max_row_norm2(A) + lam, bottom + lam
+
+    def hessp(self, x, v, A, y):
+        return A.T @ (A @ v) / A.shape[0] + self.options["lam"] * v
+
+    def solve_exact(self, A, y):
+        N, p = A.shape
+        H = A.T @ A / N + self.options["lam"] * np.eye(p)
+        try:
+            return linalg.solve(H, A.T @ y / N, assume_a="pos")
+        except (linalg.LinAlgError, ValueError):
+            return None  # singular (lam = 0 and rank-deficient): let the iterative solver try

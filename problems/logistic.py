@@ -1,0 +1,148 @@
+"""Binary logistic regression, y in {-1, +1}, with a regularizer chosen by params[1]:
+
+    f(x) = (1/N) sum_i log(1 + exp(-y_i a_i^T x)) + R(x)
+    R(x) = (lam/2) ||x||^2                  params = [lam, 0]   (logistic, convex)
+    R(x) = lam sum_j x_j^2 / (1 + x_j^2)    params = [lam, 1]   (nonconvex-logistic)
+"""
+
+
+import numpy as np
+from numba import njit
+
+from problems._kernels import log1pexp, sigmoid
+from problems.base import Problem, max_row_norm2, spectral_extremes
+
+
+@njit(cache=True, inline="always")
+def reg_value(x, lam, kind):
+    s = 0.0
+    if kind == 0.0:
+        for j in range(x.shape[0]):
+            s += x[j] * x[j]
+        return 0.5 * lam * s
+    for j in range(x.shape[0]):
+        t = x[j] * x[j]
+        s += t / (1.0 + t)
+    return lam * s
+
+
+@njit(cache=True, inline="always")
+def reg_grad(xj, lam, kind):
+    if kind == 0.0:
+        return lam * xj
+    t = 1.0 + xj * xj
+    return 2.0 * lam * xj / (t * t)
+
+
+@njit(cache=True)
+def batch_grads(x, A, y, idx, params, out):
+    lam = params[0]
+    kind = params[1]
+    d = x.shape[0]
+    reg = reg_value(x, lam, kind)
+    total = 0.0
+    for r in range(idx.shape[0]):
+        i = idx[r]
+        z = 0.0
+        for j in range(d):
+            z += A[i, j] * x[j]
+        m = -y[i] * z
+        total += log1pexp(m) + reg
+        c = -y[i] * sigmoid(m)
+        if kind == 0.0:
+            for j in range(d):
+                out[r, j] = c * A[i, j] + lam * x[j]
+        else:
+            for j in range(d):
+                out[r, j] = c * A[i, j] + reg_grad(x[j], lam, kind)
+    return total
+
+
+@njit(cache=True)
+def full_grad(x, A, y, idx, params, out):
+    lam = params[0]
+    kind = params[1]
+    d = x.shape[0]
+    k = idx.shape[0]
+    for j in range(d):
+        out[j] = 0.0
+    total = 0.0
+    for r in range(k):
+        i = idx[r]
+        z = 0.0
+        for j in range(d):
+            z += A[i, j] * x[j]
+        m = -y[i] * z
+        total += log1pexp(m)
+        c = -y[i] * sigmoid(m)
+        for j in range(d):
+            out[j] += c * A[i, j]
+    for j in range(d):
+        out[j] = out[j] / k + reg_grad(x[j], lam, kind)
+    return total / k + reg_value(x, lam, kind)
+
+
+@njit(cache=True)
+def full_loss(x, A, y, idx, params):
+    d = x.shape[0]
+    k = idx.shape[0]
+    total = 0.0
+    for r in range(k):
+        i = idx[r]
+        z = 0.0
+        for j in range(d):
+            z += A[i, j] * x[j]
+        total += log1pexp(-y[i] * z)
+    return total / k + reg_value(x, params[0], params[1])
+
+
+@njit(cache=True)
+def accuracy(x, A, y, idx, params):
+    """Prediction sign(a^T x), with a^T x = 0 predicted as +1."""
+    d = x.shape[0]
+    k = idx.shape[0]
+    hits = 0
+    for r in range(k):
+        i = idx[r]
+        z = 0.0
+        for j in range(d):
+            z += A[i, j] * x[j]
+        pred = 1.0 if z >= 0.0 else -1.0
+        if pred == y[i]:
+            hits += 1
+    return hits / k
+
+
+class Logistic(Problem):
+    name = "logistic"
+    description = "binary logistic regression (1/N) sum log(1 + exp(-y_i a_i^T x)) + lam/2 ||x||^2, y in {-1,+1} (convex)"
+    convex = True
+    label_kind = "binary"
+    defaults = {"lam": 1e-3}
+    regularizer = 0.0
+
+    batch_grads = staticmethod(batch_grads)
+    full_grad = staticmethod(full_grad)
+    full_loss = staticmethod(full_loss)
+    accuracy = staticmethod(accuracy)
+
+    def validate_options(self, options):
+        options = super().validate_options(options)
+        if self.classes not in (0, 2):
+            raise ValueError(f"{self.name}: binary problem, but the data has {self.classes} classes; "
+                             f"use softmax or mlp for more than 2 classes")
+        return options
+
+    def kernel_params(self):
+        return np.array([self.options["lam"], self.regularizer])
+
+    def smoothness(self, A):
+        # logistic loss'' <= 1/4, so H <= A^T A / (4N) + lam I; mu = lam (the loss Hessian can be ~0)
+        lam = self.options["lam"]
+        top, _ = spectral_extremes(A)
+        return top / 4.0 + lam, max_row_norm2(A) / 4.0 + lam, lam
+
+    def hessp(self, x, v, A, y):
+        s = 1.0 / (1.0 + np.exp(-(A @ x)))
+        return A.T @ (s * (1.0 - s) * (A @ v)) / A.shape[0] + self.options["lam"] * v
+

@@ -1,0 +1,29 @@
+"""Logistic regression with the nonconvex regularizer of the variance-reduction literature:
+
+    f(x) = (1/N) sum_i log(1 + exp(-y_i a_i^T x)) + lam sum_j x_j^2 / (1 + x_j^2),  y in {-1, +1}.
+
+Same kernels as ``logistic`` with params = [lam, 1].
+"""
+
+import math
+
+from problems.base import spectral_extremes, max_row_norm2
+from problems.logistic import Logistic
+
+
+class NonconvexLogistic(Logistic):
+    name = "nonconvex-logistic"
+    description = ("logistic regression with the nonconvex regularizer lam sum_j x_j^2/(1 + x_j^2), "
+                   "y in {-1,+1} (nonconvex)")
+    convex = False
+    defaults = {"lam": 0.1}
+    regularizer = 1.0
+
+    def smoothness(self, A):
+        # |d^2/dt^2 t^2/(1+t^2)| = |2 - 6t^2| / (1+t^2)^3 <= 2, so the regularizer adds at most 2 lam
+        lam = self.options["lam"]
+        top, _ = spectral_extremes(A)
+        return top / 4.0 + 2.0 * lam, max_row_norm2(A) / 4.0 + 2.0 * lam, math.nan
+
+    def hessp(self, x, v, A, y):
+        raise NotImplementedError
