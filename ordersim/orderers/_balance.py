@@ -23,6 +23,26 @@ def choose_sign(dot, mode, tie_plus, walk_c, u):
     return 1.0 if u < p else -1.0
 
 
+@njit(inline="always")
+def row_abs_max(s, r):
+    """max_k |s[r, k]| (0 for d = 0). max is exact in any order, so four independent running
+    maxima give the same value as one sequential max while breaking its dependency chain (which
+    cost as much as the whole sign decision at large d)."""
+    d = s.shape[1]
+    p0 = p1 = p2 = p3 = 0.0
+    k = 0
+    while k + 4 <= d:
+        p0 = max(p0, abs(s[r, k]))
+        p1 = max(p1, abs(s[r, k + 1]))
+        p2 = max(p2, abs(s[r, k + 2]))
+        p3 = max(p3, abs(s[r, k + 3]))
+        k += 4
+    while k < d:
+        p0 = max(p0, abs(s[r, k]))
+        k += 1
+    return max(max(p0, p1), max(p2, p3))
+
+
 @njit(cache=True)
 def mean_balance_observe(grads, start, order, next_order, s, mean_prev, grad_sum, left, right,
                          u, mode, tie_plus, walk_c, discrepancy, walk_failures):
@@ -41,13 +61,11 @@ def mean_balance_observe(grads, start, order, next_order, s, mean_prev, grad_sum
             eps = choose_sign(dot, mode, tie_plus, walk_c, u[i, t])
             if mode == SIGN_WALK and abs(dot) > walk_c:
                 walk_failures[i] += 1
-            peak = 0.0
             for k in range(d):
                 g = grads[i, j, k]
                 s[i, k] += eps * (g - mean_prev[i, k])
                 grad_sum[i, k] += g
-                peak = max(peak, abs(s[i, k]))
-            discrepancy[i] = max(discrepancy[i], peak)
+            discrepancy[i] = max(discrepancy[i], row_abs_max(s, i))
             if eps > 0.0:
                 next_order[i, left[i]] = order[i, t]
                 left[i] += 1
@@ -90,11 +108,9 @@ def pair_balance_observe(grads, start, order, next_order, s, pending, left, righ
             eps = choose_sign(dot, mode, tie_plus, walk_c, u[i, pair])
             if mode == SIGN_WALK and abs(dot) > walk_c:
                 walk_failures[i] += 1
-            peak = 0.0
             for k in range(d):
                 s[r, k] += eps * (pending[i, k] - grads[i, j, k])
-                peak = max(peak, abs(s[r, k]))
-            discrepancy[r] = max(discrepancy[r], peak)
+            discrepancy[r] = max(discrepancy[r], row_abs_max(s, r))
             first, second = order[i, t - 1], order[i, t]
             if eps > 0.0:
                 next_order[i, left[i]] = first
