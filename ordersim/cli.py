@@ -1,26 +1,31 @@
-"""`python -m ordersim [COMMAND] ...`: dispatch to the subcommands."""
+"""`python -m ordersim [COMMAND] ...`: dispatch to the subcommands (`run` when none is given)."""
 
+import importlib
 import sys
 
+# command: (module, function taking the remaining arguments, summary)
 COMMANDS = {
-    "herding-sim": ("ordersim.herding_sim", "the CD-GraB paper's random-vector parallel-herding experiment"),
+    "run": ("ordersim.runner", "main", "train with each orderer and seed, trace to HDF5 (the default)"),
+    "herding-sim": ("ordersim.herding_sim", "main",
+                    "the CD-GraB paper's random-vector parallel-herding experiment"),
+    "orderers": ("ordersim.listing", "orderers", "list the orderers with a one-line description"),
+    "problems": ("ordersim.listing", "problems", "list the problems with a one-line description"),
 }
 
 
-def usage() -> str:
-    lines = ["usage: python -m ordersim [COMMAND] [OPTIONS]", "", "commands:"]
-    lines += [f"  {name:<14} {summary}" for name, (_, summary) in COMMANDS.items()]
-    lines.append("\n`python -m ordersim COMMAND --help` explains a command's options.")
+def commands_help() -> str:
+    lines = ["commands (python -m ordersim COMMAND --help for each):"]
+    lines += [f"  {name:<12} {summary}" for name, (_, _, summary) in COMMANDS.items()]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
-        print(usage())
-        return 0
+    if not argv or argv[0].startswith("-") or argv[0].endswith(".toml"):
+        argv = ["run", *argv]
     if argv[0] not in COMMANDS:
-        print(f"ordersim: unknown command {argv[0]!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        print(f"ordersim: error: unknown command {argv[0]!r}; commands: {', '.join(COMMANDS)}",
+              file=sys.stderr)
         return 2
-    module = __import__(COMMANDS[argv[0]][0], fromlist=["main"])
-    return module.main(argv[1:])
+    module, function, _ = COMMANDS[argv[0]]
+    return getattr(importlib.import_module(module), function)(argv[1:])

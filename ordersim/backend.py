@@ -1,0 +1,102 @@
+"""Where the workers live: all in one process (serial) or spread over MPI ranks (mpi).
+
+Both backends expose the same few operations, so the simulator is one code path. Per-step traffic
+uses mpi4py's buffer methods (Allgather) on preallocated arrays.
+"""
+
+import socket
+import sys
+import traceback
+
+import numpy as np
+
+
+class SerialBackend:
+    name = "serial"
+    rank, size = 0, 1
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.first, self.last = 0, workers  # this rank's workers: first..last-1
+
+    @property
+    def local_workers(self) -> int:
+        return self.last - self.first
+
+    def gather_workers(self, local: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Stack every worker's rows (m_local, ...) into out (m, ...) in worker order."""
+        out[...] = local
+        return out
+
+    def max(self, value: float) -> float:
+        return value
+
+    def bcast(self, obj):
+        return obj
+
+    def agree(self, error: str | None) -> str | None:
+        """The first rank's error message, on every rank (None when no rank had one)."""
+        return error
+
+    def hosts(self) -> list[str]:
+        return [socket.gethostname()]
+
+    def abort(self, code: int) -> None:
+        raise SystemExit(code)
+
+
+class MPIBackend(SerialBackend):
+    name = "mpi"
+
+    def __init__(self, workers: int, comm):
+        self.comm = comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.workers = workers
+        per_rank = workers // self.size
+        self.first, self.last = self.rank * per_rank, (self.rank + 1) * per_rank
+
+    def gather_workers(self, local, out):
+        self.comm.Allgather(np.ascontiguousarray(local), out)
+        return out
+
+    def max(self, value):
+        from mpi4py import MPI
+
+        return self.comm.allreduce(value, op=MPI.MAX)
+
+    def bcast(self, obj):
+        return self.comm.bcast(obj, root=0)
+
+    def agree(self, error):
+        return next((e for e in self.comm.allgather(error) if e), None)
+
+    def hosts(self):
+        return self.comm.allgather(socket.gethostname())
+
+    def abort(self, code):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.comm.Abort(code)
+
+
+def world():
+    """(comm, size) of MPI_COMM_WORLD, or (None, 1) when mpi4py cannot start MPI."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None, 1
+    return MPI.COMM_WORLD, MPI.COMM_WORLD.Get_size()
+
+
+def abort_on_exception(comm, func, *args):
+    """Run func; an exception on any rank prints its traceback and aborts the whole job (no hang)."""
+    try:
+        return func(*args)
+    except SystemExit:
+        raise
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        if comm is not None and comm.Get_size() > 1:
+            comm.Abort(1)
+        raise SystemExit(1)

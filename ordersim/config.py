@@ -1,0 +1,187 @@
+"""The experiment configuration: one dataclass, read from TOML and command-line flags.
+
+Every field has a help text (the `--help` of `python -m ordersim run`) and a validator. Validation
+runs on every rank before any compute; a bad value raises ConfigError, whose one-line message names
+the field, the bad value and what is allowed.
+"""
+
+import argparse
+import dataclasses
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message is the one line the user sees."""
+
+
+SCHEDULES = ("constant", "step", "inv-epoch", "inv-sqrt-epoch", "theory")
+BACKENDS = ("auto", "serial", "mpi")
+PARTITIONS = ("contiguous", "shuffled", "dirichlet")
+REMAINDERS = ("drop", "error")
+
+
+def _help(text: str, **kw):
+    return field(metadata={"help": text}, **kw)
+
+
+@dataclass
+class Config:
+    problem: str = _help("finite-sum problem by name (see `python -m ordersim problems`) or a path to a "
+                         "module following the problem contract", default="logistic")
+    problem_options: dict = _help("problem options as a TOML table / JSON object, e.g. {\"lam\": 1e-3}",
+                                  default_factory=dict)
+    data: str = _help("data spec: sklearn:NAME, synthetic:KIND?key=value&..., libsvm:PATH, csv:PATH, "
+                      "npz:PATH, hdf5:PATH", default="sklearn:breast_cancer")
+    standardize: bool = _help("standardize every feature to zero mean and unit variance", default=True)
+    intercept: bool = _help("append a constant-1 feature (the intercept)", default=True)
+    test_fraction: float = _help("fraction of the examples held out as a test split (0 = none)",
+                                 default=0.2)
+    partition: str = _help(f"how examples are split across workers: {', '.join(PARTITIONS)}",
+                           default="shuffled")
+    alpha: float = _help("Dirichlet concentration for partition=dirichlet (smaller = more label skew)",
+                         default=1.0)
+    remainder: str = _help("when the training examples are not a multiple of the workers: drop the "
+                           "remainder (with a warning, recorded in the trace) or error", default="drop")
+    data_seed: int = _help("seed of the data split and partition (shared by all runs)", default=0)
+    orderers: list = _help("orderers to compare (see `python -m ordersim orderers`)",
+                           default_factory=lambda: ["rr", "d-grab", "cd-grab"])
+    sign: str = _help("balancing sign rule: deterministic or walk (self-balancing walk)",
+                      default="deterministic")
+    walk_c: float = _help("the self-balancing walk's c (0 = the theory's 30 log(N d / 0.01))",
+                          default=0.0)
+    tie: str = _help("sign of a tie <s,v> = 0: plus (+1) or minus (-1)", default="plus")
+    first_order: str = _help("order of the first epoch: random or identity", default="random")
+    workers: int = _help("logical workers m (0 = number of MPI ranks, or 8 in a single process); a "
+                         "multiple of the number of ranks", default=0)
+    epochs: int = _help("training epochs T", default=20)
+    batch: int = _help("examples per worker per step b (the per-worker microbatch)", default=1)
+    lr: float = _help("step size (the base value of the schedule)", default=0.05)
+    schedule: str = _help(f"step-size schedule: {', '.join(SCHEDULES)} (formulas in docs/simulator.md)",
+                          default="constant")
+    lr_decay: float = _help("decay factor: step (lr * decay^floor(t/lr_step)), inv-epoch "
+                            "(lr / (1 + decay t)), inv-sqrt-epoch (lr / sqrt(1 + decay t))",
+                            default=0.5)
+    lr_step: int = _help("epochs between decays of the step schedule", default=10)
+    momentum: float = _help("heavy-ball momentum (v = momentum v + g; x -= lr v)", default=0.0)
+    weight_decay: float = _help("weight decay added to the gradient (on top of the problem's "
+                                "regularizer)", default=0.0)
+    seeds: list = _help("run seeds; each seed gives the model init, first orders and random streams",
+                        default_factory=lambda: [0, 1, 2])
+    measure_every: int = _help("measure every K epochs (epoch 0 and the last are always measured)",
+                               default=1)
+    herding: bool = _help("measure the parallel herding of the next order (one extra gradient pass)",
+                          default=True)
+    record_orders: bool = _help("store every epoch's orders (T, m, n) int32 in the trace",
+                                default=False)
+    trace_every: int = _help("store the minibatch loss every K steps (0 = off)", default=0)
+    backend: str = _help("serial (all workers in one process), mpi (ranks host workers), or auto "
+                         "(mpi when there are several ranks)", default="auto")
+    out: str = _help("output HDF5 file ('' = ordersim-<UTC time>.h5 in the current directory)",
+                     default="")
+    cache_dir: str = _help("directory for cached problem constants ('' = ~/.cache/ordersim or "
+                           "$ORDERSIM_CACHE)", default="")
+    quiet: bool = _help("print only the summary table", default=False)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+
+
+def _type_name(f) -> str:
+    return {"problem_options": "table", "orderers": "list of names", "seeds": "list of ints"}.get(
+        f.name, f.type.__name__ if isinstance(f.type, type) else str(f.type))
+
+
+def _coerce(name: str, value):
+    """Convert a TOML or command-line value to the field's type, or say what is allowed."""
+    f = FIELDS[name]
+    kind = f.type
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("1", "true", "yes", "on"):
+                return True
+            if str(value).lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if kind is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if kind is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if kind is str:
+            if not isinstance(value, str):
+                raise ValueError
+            return value
+        if kind is dict:
+            value = json.loads(value) if isinstance(value, str) else value
+            if not isinstance(value, dict):
+                raise ValueError
+            return dict(value)
+        if kind is list:
+            if isinstance(value, str):
+                value = [v for v in value.replace(",", " ").split() if v]
+            if not isinstance(value, (list, tuple)):
+                raise ValueError
+            if name == "seeds":
+                return [_coerce_int_item(name, v) for v in value]
+            return [str(v) for v in value]
+    except (ValueError, TypeError, json.JSONDecodeError):
+        raise ConfigError(f"config field {name!r}: {value!r} is not a valid {_type_name(f)}") from None
+    raise AssertionError(kind)
+
+
+def _coerce_int_item(name, v):
+    if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()):
+        raise ValueError
+    return int(v)
+
+
+def read_toml(path: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {path!r} does not exist")
+    try:
+        with open(p, "rb") as fh:
+            raw = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"config file {path!r} is not valid TOML: {err}") from None
+    unknown = sorted(set(raw) - set(FIELDS))
+    if unknown:
+        raise ConfigError(f"config file {path!r}: unknown field(s) {', '.join(unknown)}; "
+                          f"known fields: {', '.join(FIELDS)}")
+    return raw
+
+
+def build_config(values: dict) -> Config:
+    """A Config from raw values (TOML or flags), coerced but not yet checked against the data."""
+    return Config(**{name: _coerce(name, value) for name, value in values.items()})
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per config field; defaults stay None so that only given flags override the TOML."""
+    for f in dataclasses.fields(Config):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        help_text = f"{f.metadata['help']} (default: {json.dumps(default)})"
+        if f.type is bool:
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+                                help=help_text)
+        elif f.type is list:
+            parser.add_argument(flag, dest=f.name, nargs="+", default=None, metavar="VALUE",
+                                help=help_text)
+        else:
+            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=help_text)
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict:
+    return {name: getattr(args, name) for name in FIELDS if getattr(args, name, None) is not None}

@@ -1,0 +1,124 @@
+"""Numba kernels of one SGD step, shared by the serial and the MPI backend.
+
+Both backends compute the same floating-point operations in the same order: every worker's
+gradient sum is accumulated over its b examples in visit order, and the workers' sums are added in
+worker order. That is what makes traces bitwise identical whatever the number of ranks.
+"""
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum):
+    """Gradients of one worker's next `count` examples (visit positions pos..pos+count-1).
+
+    Local example e of local row `row` is row base + e of A. Writes the per-example gradients to
+    grads[:count] and their sum (in visit order) to grad_sum; returns the sum of the losses.
+    """
+    for r in range(count):
+        idx[r] = base + order[row, pos + r]
+    loss = batch_grads(x, A, y, idx[:count], params, grads[:count])
+    grad_sum[:] = 0.0
+    for r in range(count):
+        for k in range(grad_sum.shape[0]):
+            grad_sum[k] += grads[r, k]
+    return loss
+
+
+@njit(cache=True)
+def apply_update(x, velocity, worker_sums, count, lr, momentum, weight_decay):
+    """x -= lr * v with v = momentum v + g, g = (sum over workers in worker order) / count + wd x."""
+    m, d = worker_sums.shape
+    for k in range(d):
+        g = 0.0
+        for w in range(m):
+            g += worker_sums[w, k]
+        g = g / count + weight_decay * x[k]
+        if momentum != 0.0:
+            velocity[k] = momentum * velocity[k] + g
+            g = velocity[k]
+        x[k] -= lr * g
+
+
+@njit(cache=True)
+def row_sums(grads, out):
+    """out[w] = sum of grads[w, r] over r in visit order (the same sum worker_step computes)."""
+    m, count, d = grads.shape
+    for w in range(m):
+        out[w, :] = 0.0
+        for r in range(count):
+            for k in range(d):
+                out[w, k] += grads[w, r, k]
+
+
+@njit(cache=True)
+def sum_in_worker_order(worker_values):
+    """Column sums of (m, k) values, adding rows in worker order."""
+    m, k = worker_values.shape
+    total = np.zeros(k)
+    for w in range(m):
+        for j in range(k):
+            total[j] += worker_values[w, j]
+    return total
+
+
+@njit(cache=True)
+def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b, lr, momentum,
+                 weight_decay, store, grads_out, idx, scratch, worker_sums, step_losses):
+    """`steps` synchronous steps of all m workers inside one jitted call (the serial fast path).
+
+    With store, worker w's per-example gradients go to grads_out[w, :] in visit order, for the
+    orderer to observe afterwards. Returns the number of examples per worker done, or -1 when the
+    loss or the model stopped being finite (divergence).
+    """
+    m = order.shape[0]
+    done = 0
+    for s in range(steps):
+        count = min(b, n - pos)
+        loss = 0.0
+        for w in range(m):
+            loss += worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count, idx,
+                                scratch, worker_sums[w])
+            if store:
+                grads_out[w, done:done + count] = scratch[:count]
+        apply_update(x, velocity, worker_sums, m * count, lr, momentum, weight_decay)
+        step_losses[s] = loss / (m * count)
+        if not np.isfinite(loss) or not np.all(np.isfinite(x)):
+            return -1
+        pos += count
+        done += count
+    return done
+
+
+@njit(cache=True)
+def step_sums_of_order(batch_grads, x, A, y, params, order, row, base, first_step, steps, b, n,
+                       idx, scratch, out):
+    """Sums of one worker's per-example gradients at x over each of `steps` steps of its order."""
+    for s in range(steps):
+        pos = (first_step + s) * b
+        count = min(b, n - pos)
+        worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx, scratch, out[s])
+
+
+@njit(cache=True)
+def accumulate_herding(gathered, step_counts, mean, prefix, peaks):
+    """Advance the parallel-herding prefix over a chunk of steps.
+
+    gathered (m, K, d): every worker's gradient sum per step; step_counts (K,): examples per worker
+    in each step. prefix += sum_w gathered[w, s] - m * count * mean (workers in worker order), and
+    peaks[0], peaks[1] track the largest inf- and 2-norm of the prefix.
+    """
+    m, steps, d = gathered.shape
+    for s in range(steps):
+        inf_norm = 0.0
+        two = 0.0
+        for k in range(d):
+            acc = 0.0
+            for w in range(m):
+                acc += gathered[w, s, k]
+            prefix[k] += acc - m * step_counts[s] * mean[k]
+            inf_norm = max(inf_norm, abs(prefix[k]))
+            two += prefix[k] * prefix[k]
+        peaks[0] = max(peaks[0], inf_norm)
+        peaks[1] = max(peaks[1], np.sqrt(two))

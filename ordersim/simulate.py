@@ -1,0 +1,488 @@
+"""The simulator: synchronous data-parallel SGD over m workers, one run per (orderer, seed).
+
+One code path drives both backends (ordersim.backend): a rank hosts workers first..last-1 and holds
+only their shards. Per step, every worker's gradient sum over its b examples is computed, the
+workers' sums are gathered (all of every worker's gradients for a coordinated orderer such as
+cd-grab) and added in worker order, so the result is the same bit for bit on any number of ranks.
+The serial backend runs whole chunks of steps inside one jitted call (ordersim.engine).
+"""
+
+import math
+import os
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ordersim import engine
+from ordersim.constants import problem_constants
+from ordersim.data import load_dataset, partition
+from ordersim.backend import MPIBackend, SerialBackend
+from ordersim.config import (BACKENDS, PARTITIONS, REMAINDERS, SCHEDULES, Config, ConfigError)
+from ordersim.orderers import available_orderers, make_orderer, orderer_class
+from ordersim.orderers.base import FIRST_ORDERS, SIGNS, TIES
+from ordersim.streams import stream
+from ordersim.trace import NoTrace, TraceWriter
+from problems import make_problem, problem_class
+
+# Bound on the doubles a chunk buffer holds (gradients kept for the orderer, herding step sums).
+CHUNK_DOUBLES = 1 << 20
+
+
+def check_fields(config: Config, ranks: int) -> Config:
+    """Checks that need no data; returns the config with workers and backend resolved."""
+    def bad(name, value, allowed):
+        raise ConfigError(f"config field {name!r}: {value!r} is not allowed; allowed: {allowed}")
+
+    for name, allowed in (("backend", BACKENDS), ("schedule", SCHEDULES), ("partition", PARTITIONS),
+                          ("remainder", REMAINDERS), ("sign", SIGNS), ("tie", TIES),
+                          ("first_order", FIRST_ORDERS)):
+        if getattr(config, name) not in allowed:
+            bad(name, getattr(config, name), ", ".join(allowed))
+    known = available_orderers()
+    if not config.orderers:
+        bad("orderers", config.orderers, "a non-empty list of " + ", ".join(known))
+    for name in config.orderers:
+        if name not in known:
+            bad("orderers", name, ", ".join(known))
+    if len(set(config.orderers)) != len(config.orderers):
+        bad("orderers", config.orderers, "each orderer once")
+    if not config.seeds or min(config.seeds) < 0 or len(set(config.seeds)) != len(config.seeds):
+        bad("seeds", config.seeds, "a non-empty list of distinct integers >= 0")
+    for name, low in (("epochs", 1), ("batch", 1), ("measure_every", 1), ("trace_every", 0),
+                      ("workers", 0), ("lr_step", 1), ("data_seed", 0)):
+        if getattr(config, name) < low:
+            bad(name, getattr(config, name), f"an integer >= {low}")
+    for name, ok, allowed in (
+        ("lr", config.lr > 0 and math.isfinite(config.lr), "a finite number > 0"),
+        ("lr_decay", config.lr_decay > 0 and math.isfinite(config.lr_decay), "a finite number > 0"),
+        ("momentum", 0 <= config.momentum < 1, "0 <= momentum < 1"),
+        ("weight_decay", 0 <= config.weight_decay < math.inf, "a finite number >= 0"),
+        ("test_fraction", 0 <= config.test_fraction < 1, "0 <= test_fraction < 1"),
+        ("alpha", config.alpha > 0 and math.isfinite(config.alpha), "a finite number > 0"),
+        ("walk_c", config.walk_c >= 0 and math.isfinite(config.walk_c), "0 (the theory's value) or > 0"),
+    ):
+        if not ok:
+            bad(name, getattr(config, name), allowed)
+
+    backend = config.backend
+    if backend == "auto":
+        backend = "mpi" if ranks > 1 else "serial"
+    if backend == "serial" and ranks > 1:
+        bad("backend", "serial", f"mpi or auto under mpiexec with {ranks} ranks (serial runs in one process)")
+    workers = config.workers or (ranks if ranks > 1 else 8)
+    if workers % ranks:
+        bad("workers", workers, f"a multiple of the number of ranks ({ranks})")
+    for name in config.orderers:
+        if orderer_class(name).centralized_alternatives and workers != 1:
+            bad("orderers", name, f"workers=1 for the centralized {name} (or use "
+                f"{' / '.join(orderer_class(name).centralized_alternatives)} with {workers} workers)")
+    return replace(config, workers=workers, backend=backend)
+
+
+def default_out_path() -> str:
+    return time.strftime("ordersim-%Y%m%d-%H%M%S.h5", time.gmtime())
+
+
+def check_output(path: str) -> str | None:
+    """Try to create the output file (rank 0); the one-line error, or None."""
+    try:
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        with open(path, "ab"):
+            pass
+    except OSError as err:
+        return f"config field 'out': {path!r} is not writable ({err.strerror})"
+    return None
+
+
+@dataclass
+class Setup:
+    """Everything the runs share: data shards of this rank, the problem and its constants."""
+
+    config: Config
+    backend: SerialBackend
+    problem: object
+    A: np.ndarray  # this rank's shards, worker-major: local worker w's example e is row w * n + e
+    y: np.ndarray
+    n: int
+    shards: np.ndarray  # (m, n) training-example indices of every worker
+    dropped: int
+    constants: dict
+    test_A: np.ndarray | None  # this rank's part of the test split
+    test_y: np.ndarray | None
+    test_bounds: np.ndarray  # (m + 1,) test rows of worker w: test_bounds[w]..test_bounds[w+1]-1
+    data_info: dict
+
+
+def _load(config: Config):
+    """Data, problem and partition, or ConfigError naming the field at fault."""
+    try:
+        problem_cls = problem_class(config.problem)
+    except ValueError as err:
+        raise ConfigError(f"config field 'problem': {err}") from None
+    try:
+        data = load_dataset(config.data, standardize=config.standardize, intercept=config.intercept,
+                            test_fraction=config.test_fraction, seed=config.data_seed,
+                            label_kind=problem_cls.label_kind)
+    except (ValueError, OSError) as err:
+        raise ConfigError(f"config field 'data': {err}") from None
+    try:
+        problem = make_problem(config.problem, data.X.shape[1], data.classes, **config.problem_options)
+        problem.check_labels(data.y)
+    except ValueError as err:
+        raise ConfigError(f"config field 'problem_options': {err}") from None
+    try:
+        shards, dropped = partition(data.y, config.workers, config.partition, alpha=config.alpha,
+                                    seed=config.data_seed, remainder=config.remainder)
+    except ValueError as err:
+        raise ConfigError(f"config field 'workers': {err}") from None
+    n = shards.shape[1]
+    if n < 1:
+        raise ConfigError(f"config field 'workers': {config.workers} workers leave no example per "
+                          f"worker ({data.X.shape[0]} training examples)")
+    if config.batch > n:
+        raise ConfigError(f"config field 'batch': {config.batch} is more than the {n} examples per worker")
+    return problem, data, shards, dropped
+
+
+def prepare(config: Config, backend: SerialBackend) -> Setup:
+    """Load data, build the problem, partition, constants. Raises ConfigError on bad input, on
+    every rank: the ranks agree on the first error before any of them goes on."""
+    error, loaded = None, None
+    try:
+        loaded = _load(config)
+    except ConfigError as err:
+        error = str(err)
+    error = backend.agree(error)
+    if error:
+        raise ConfigError(error)
+    problem, data, shards, dropped = loaded
+    n = shards.shape[1]
+    constants = None
+    if backend.rank == 0:
+        constants = problem_constants(problem, data, shards, cache_dir=config.cache_dir or None)
+    constants = backend.bcast(constants)
+    if config.schedule == "theory" and not (constants.get("mu") or 0) > 0:
+        raise ConfigError("config field 'schedule': 'theory' needs a problem with mu > 0 (a PL or "
+                          f"strongly convex problem); {config.problem} has mu = {constants.get('mu')}")
+
+    local = shards[backend.first:backend.last].reshape(-1)
+    A = np.ascontiguousarray(data.X[local])
+    y = np.ascontiguousarray(data.y[local])
+    test_A = test_y = None
+    test_rows = 0 if data.X_test is None else data.X_test.shape[0]
+    test_bounds = np.linspace(0, test_rows, config.workers + 1).astype(np.int64)
+    if test_rows:
+        lo, hi = test_bounds[backend.first], test_bounds[backend.last]
+        test_A = np.ascontiguousarray(data.X_test[lo:hi])
+        test_y = np.ascontiguousarray(data.y_test[lo:hi])
+    return Setup(config, backend, problem, A, y, n, shards, dropped, constants, test_A, test_y,
+                 test_bounds, dict(data.info))
+
+
+def learning_rate(config: Config, epoch: int, setup: Setup) -> float:
+    """Step size of epoch `epoch` (0-based); formulas in docs/simulator.md."""
+    t = epoch
+    if config.schedule == "constant":
+        return config.lr
+    if config.schedule == "step":
+        return config.lr * config.lr_decay ** (t // config.lr_step)
+    if config.schedule == "inv-epoch":
+        return config.lr / (1.0 + config.lr_decay * t)
+    if config.schedule == "inv-sqrt-epoch":
+        return config.lr / math.sqrt(1.0 + config.lr_decay * t)
+    # theory: the PL step size of the GraB / CD-GraB analyses, 2 log(T) / (mu n T), capped by lr
+    T = max(config.epochs, 2)
+    return min(config.lr, 2.0 * math.log(T) / (setup.constants["mu"] * setup.n * T))
+
+
+class Run:
+    """One (orderer, seed) run: model, optimizer state, orderer, and the per-rank buffers."""
+
+    def __init__(self, setup: Setup, orderer_name: str, seed: int):
+        self.setup, self.seed = setup, seed
+        config, backend, problem = setup.config, setup.backend, setup.problem
+        m, n, d, b = config.workers, setup.n, problem.dim, config.batch
+        self.m, self.n, self.d, self.b = m, n, d, b
+        self.local = backend.local_workers
+        options = dict(sign=config.sign, tie=config.tie, first_order=config.first_order)
+        if config.walk_c > 0:
+            options["walk_c"] = config.walk_c
+        cls = orderer_class(orderer_name)
+        # A coordinated orderer runs for all m workers on every rank; the others for this rank's own.
+        self.coordinated = cls.coordinated and backend.size > 1
+        rows, first = (m, 0) if self.coordinated else (self.local, backend.first)
+        self.orderer = make_orderer(orderer_name, rows, n, d, seed, first_worker=first, **options)
+        self.own_rows = slice(backend.first, backend.last) if self.coordinated else slice(None)
+        self.x = problem.initial_point(stream(seed, "init"))
+        self.velocity = np.zeros(d)
+        self.idx = np.empty(max(b, 1), dtype=np.int64)
+        self.timers = dict(compute_time=0.0, order_time=0.0, comm_time=0.0)
+        self.status = "completed"
+        self.step = 0
+        self.trace_steps: list[tuple[int, int, float]] = []
+
+    # -- training ---------------------------------------------------------------------------------
+    def timed(self, key, func, *args):
+        start = time.perf_counter()
+        result = func(*args)
+        self.timers[key] += time.perf_counter() - start
+        return result
+
+    def train_epoch(self, epoch: int, lr: float) -> bool:
+        """One epoch; False when the run diverged."""
+        order = self.timed("order_time", self.orderer.begin_epoch)[self.own_rows]
+        if self.setup.backend.size == 1:
+            ok = self._serial_epoch(epoch, order, lr)
+        else:
+            ok = self._mpi_epoch(epoch, order, lr)
+        if ok:
+            self.timed("order_time", self.orderer.end_epoch)
+        return ok
+
+    def _serial_epoch(self, epoch, order, lr):
+        s, config = self.setup, self.setup.config
+        m, n, b, d = self.m, self.n, self.b, self.d
+        store = self.orderer.needs_gradients
+        steps_total = -(-n // b)
+        chunk = max(1, CHUNK_DOUBLES // (m * b * d)) if store else steps_total
+        grads_out = np.empty((m, min(chunk * b, n), d) if store else (1, 1, 1))
+        scratch = np.empty((b, d))
+        worker_sums = np.empty((m, d))
+        losses = np.empty(chunk)
+        pos = 0
+        while pos < n:
+            steps = min(chunk, -(-(n - pos) // b))
+            done = self.timed("compute_time", engine.serial_steps, s.problem.batch_grads, self.x,
+                              self.velocity, s.A, s.y, s.problem.params, order, n, pos, steps, b, lr,
+                              config.momentum, config.weight_decay, store, grads_out, self.idx,
+                              scratch, worker_sums, losses)
+            if done < 0:
+                return False
+            self._record_steps(epoch, losses[:steps])
+            if store:
+                self.timed("order_time", self.orderer.observe, grads_out[:, :done])
+            pos += done
+        return True
+
+    def _mpi_epoch(self, epoch, order, lr):
+        s, config, backend = self.setup, self.setup.config, self.setup.backend
+        m, n, b, d, local = self.m, self.n, self.b, self.d, self.local
+        grads = np.empty((local, b, d))
+        local_sums = np.empty((local, d))
+        local_loss = np.empty((local, 1))
+        all_sums = np.empty((m, d))
+        all_loss = np.empty((m, 1))
+        all_grads = np.empty((m, b, d)) if self.coordinated else None
+        pos = 0
+        while pos < n:
+            count = min(b, n - pos)
+            start = time.perf_counter()
+            for w in range(local):
+                local_loss[w, 0] = engine.worker_step(s.problem.batch_grads, self.x, s.A, s.y,
+                                                      s.problem.params, order, w, w * n, pos, count,
+                                                      self.idx, grads[w], local_sums[w])
+            self.timers["compute_time"] += time.perf_counter() - start
+            start = time.perf_counter()
+            if self.coordinated:
+                part = grads if count == b else np.ascontiguousarray(grads[:, :count])
+                gathered = all_grads if count == b else np.empty((m, count, d))
+                backend.gather_workers(part, gathered)
+                engine.row_sums(gathered, all_sums)
+                observed = gathered
+            else:
+                backend.gather_workers(local_sums, all_sums)
+                observed = grads[:, :count]
+            traced = config.trace_every and self.step % config.trace_every == 0
+            if traced:
+                backend.gather_workers(local_loss, all_loss)
+            self.timers["comm_time"] += time.perf_counter() - start
+            self.timed("order_time", self.orderer.observe, observed)
+            start = time.perf_counter()
+            engine.apply_update(self.x, self.velocity, all_sums, m * count, lr, config.momentum,
+                                config.weight_decay)
+            self.timers["compute_time"] += time.perf_counter() - start
+            if traced:
+                loss = engine.sum_in_worker_order(all_loss)[0] / (m * count)
+                self.trace_steps.append((epoch, self.step, loss))
+            self.step += 1
+            if not np.all(np.isfinite(self.x)):
+                return False
+            pos += count
+        return True
+
+    def _record_steps(self, epoch, losses):
+        every = self.setup.config.trace_every
+        for k, loss in enumerate(losses):
+            if every and (self.step + k) % every == 0:
+                self.trace_steps.append((epoch, self.step + k, float(loss)))
+        self.step += len(losses)
+
+    # -- measurement ------------------------------------------------------------------------------
+    def measure(self, epoch: int, wall_start: float) -> dict:
+        s, backend = self.setup, self.setup.backend
+        p, m, n, d = s.problem, self.m, self.n, self.d
+        start = time.perf_counter()
+        local = np.empty((self.local, d + 2))
+        for w in range(self.local):
+            idx = np.arange(w * n, (w + 1) * n, dtype=np.int64)
+            local[w, 0] = p.full_grad(self.x, s.A, s.y, idx, p.params, local[w, 2:])
+            local[w, 1] = p.accuracy(self.x, s.A, s.y, idx, p.params)
+        self.timers["compute_time"] += time.perf_counter() - start
+        gathered = self._gather(local)
+        totals = engine.sum_in_worker_order(gathered) / m
+        mean_grad = totals[2:]
+        c = s.constants
+        record = dict(epoch=epoch, train_loss=totals[0], grad_norm=float(np.linalg.norm(mean_grad)))
+        if not math.isnan(totals[1]):
+            record["train_accuracy"] = totals[1]
+        if c.get("f_star") is not None and not math.isnan(c["f_star"]):
+            record["suboptimality"] = totals[0] - c["f_star"]
+        if c.get("x_star") is not None:
+            record["dist_to_opt"] = float(np.linalg.norm(self.x - c["x_star"]))
+        if s.test_A is not None:
+            record.update(self._measure_test())
+        if s.config.herding:
+            record["herding_inf"], record["herding_2"] = self._herding(mean_grad)
+        record["balance_discrepancy"] = backend.max(getattr(self.orderer, "balance_discrepancy", 0.0)) \
+            if epoch > 0 else 0.0
+        record["wall_time"] = time.perf_counter() - wall_start
+        record.update(self.timers)
+        return record
+
+    def _gather(self, local):
+        start = time.perf_counter()
+        out = self.setup.backend.gather_workers(local, np.empty((self.m, *local.shape[1:])))
+        self.timers["comm_time"] += time.perf_counter() - start
+        return out
+
+    def _measure_test(self) -> dict:
+        s, p = self.setup, self.setup.problem
+        local = np.zeros((self.local, 3))
+        grad = np.empty(self.d)
+        offset = s.test_bounds[s.backend.first]
+        for w in range(self.local):
+            lo = s.test_bounds[s.backend.first + w] - offset
+            hi = s.test_bounds[s.backend.first + w + 1] - offset
+            if hi > lo:
+                idx = np.arange(lo, hi, dtype=np.int64)
+                loss = p.full_grad(self.x, s.test_A, s.test_y, idx, p.params, grad)
+                acc = p.accuracy(self.x, s.test_A, s.test_y, idx, p.params)
+                local[w] = (loss * (hi - lo), acc * (hi - lo), hi - lo)
+        totals = engine.sum_in_worker_order(self._gather(local))
+        record = dict(test_loss=totals[0] / totals[2])
+        if not math.isnan(totals[1]):
+            record["test_accuracy"] = totals[1] / totals[2]
+        return record
+
+    def _herding(self, mean_grad) -> tuple[float, float]:
+        """Parallel herding (inf, 2) of the next epoch's order, on gradients at the current model."""
+        s, p = self.setup, self.setup.problem
+        m, n, b, d = self.m, self.n, self.b, self.d
+        order = self.orderer.order[self.own_rows]
+        steps_total = -(-n // b)
+        chunk = max(1, CHUNK_DOUBLES // (m * d))
+        prefix, peaks = np.zeros(d), np.zeros(2)
+        scratch = np.empty((b, d))
+        for first in range(0, steps_total, chunk):
+            steps = min(chunk, steps_total - first)
+            local = np.empty((self.local, steps, d))
+            start = time.perf_counter()
+            for w in range(self.local):
+                engine.step_sums_of_order(p.batch_grads, self.x, s.A, s.y, p.params, order, w, w * n,
+                                          first, steps, b, n, self.idx, scratch, local[w])
+            self.timers["compute_time"] += time.perf_counter() - start
+            gathered = self._gather(local)
+            counts = np.minimum(b, n - (first + np.arange(steps)) * b).astype(np.float64)
+            engine.accumulate_herding(gathered, counts, mean_grad, prefix, peaks)
+        return float(peaks[0]), float(peaks[1])
+
+
+def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: str) -> dict:
+    """Every (orderer, seed) run; returns {orderer: [final records]} for the summary table."""
+    writer = NoTrace()
+    if backend.rank == 0:
+        writer = TraceWriter(out, dict(
+            config=config.to_json(), ranks=backend.size, backend=config.backend,
+            hosts=backend.hosts(), problem=config.problem, data=config.data,
+            dropped_examples=setup.dropped, data_info=setup.data_info))
+        writer.add_array("shards", setup.shards)
+        if setup.constants.get("x_star") is not None:
+            writer.add_array("x_star", setup.constants["x_star"])
+    elif backend.size > 1:
+        backend.hosts()  # collective: every rank takes part
+    results: dict[str, list[dict]] = {}
+    constants = {k: v for k, v in setup.constants.items() if k != "x_star"}
+    for orderer_name in config.orderers:
+        for seed in config.seeds:
+            run = Run(setup, orderer_name, seed)
+            trace = writer.start_run(orderer_name, seed, dict(
+                workers=config.workers, examples_per_worker=setup.n, batch=config.batch, lr=config.lr,
+                **constants))
+            wall_start = time.perf_counter()
+            record = run.measure(0, wall_start)
+            trace.append_epoch(record)
+            if config.record_orders:
+                trace.append_orders(gather_order(run))
+            for epoch in range(1, config.epochs + 1):
+                lr = learning_rate(config, epoch - 1, setup)
+                if not run.train_epoch(epoch, lr):
+                    run.status = "diverged"
+                    break
+                if epoch % config.measure_every == 0 or epoch == config.epochs:
+                    record = run.measure(epoch, wall_start)
+                    trace.append_epoch(record)
+                    progress(config, backend, orderer_name, seed, record)
+                if config.record_orders:
+                    trace.append_orders(gather_order(run))
+                if run.trace_steps:
+                    trace.append_steps(*zip(*run.trace_steps))
+                    run.trace_steps.clear()
+            trace.finish(run.status)
+            record = dict(record, status=run.status)
+            results.setdefault(orderer_name, []).append(record)
+            if run.status == "diverged" and backend.rank == 0:
+                print(f"[{orderer_name} seed {seed}] diverged in epoch {epoch} (lr {lr:g})", flush=True)
+    if backend.rank == 0:
+        writer.close()
+    return results
+
+
+def gather_order(run: Run) -> np.ndarray:
+    """Every worker's current order (m, n), on every rank."""
+    order = run.orderer.order
+    if run.coordinated or run.setup.backend.size == 1:
+        return order
+    return run._gather(order)
+
+
+def progress(config, backend, orderer, seed, record):
+    if config.quiet or backend.rank != 0:
+        return
+    parts = [f"[{orderer} seed {seed}] epoch {record['epoch']:>3}/{config.epochs}",
+             f"loss {record['train_loss']:.6g}"]
+    if "suboptimality" in record:
+        parts.append(f"subopt {record['suboptimality']:.3e}")
+    if "test_accuracy" in record:
+        parts.append(f"test acc {record['test_accuracy']:.3f}")
+    if "herding_inf" in record:
+        parts.append(f"herding {record['herding_inf']:.3g}")
+    parts.append(f"{record['wall_time']:.1f} s")
+    print("  ".join(parts), flush=True)
+
+
+def summary_table(results: dict) -> str:
+    columns = [("train_loss", "final loss"), ("suboptimality", "f - f*"), ("herding_inf", "herding (inf)"),
+               ("test_accuracy", "test acc")]
+    present = [(k, label) for k, label in columns if any(k in r for rs in results.values() for r in rs)]
+    header = f"{'orderer':<12} {'runs':>4}  " + "  ".join(f"{label:>22}" for _, label in present)
+    lines = [header, "-" * len(header)]
+    for orderer, records in results.items():
+        cells = []
+        for key, _ in present:
+            values = np.array([r[key] for r in records if key in r])
+            cells.append(f"{values.mean():>11.4g} ± {values.std():<8.2g}" if len(values) else f"{'-':>22}")
+        status = "" if all(r["status"] == "completed" for r in records) else "  (some diverged)"
+        lines.append(f"{orderer:<12} {len(records):>4}  " + "  ".join(cells) + status)
+    return "\n".join(lines)

@@ -1,0 +1,101 @@
+"""HDF5 traces, written as the runs go (layout: docs/trace-format.md).
+
+Only rank 0 writes. Every per-epoch dataset is 1-D, chunked and growable; the file is flushed after
+every append, so a job killed at any moment leaves a readable file with every completed epoch.
+"""
+
+import datetime
+import json
+import math
+
+import h5py
+import numpy as np
+
+import ordersim
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _attr(value):
+    return np.nan if value is None else value
+
+
+class TraceWriter:
+    def __init__(self, path: str, root_attrs: dict):
+        self.file = h5py.File(path, "w")
+        self.file.attrs["ordersim_version"] = ordersim.__version__
+        self.file.attrs["start_time"] = utc_now()
+        for key, value in root_attrs.items():
+            self.file.attrs[key] = value if not isinstance(value, (list, dict)) else json.dumps(value)
+        self.file.flush()
+
+    def add_array(self, name: str, array: np.ndarray) -> None:
+        self.file.create_dataset(name, data=array)
+        self.file.flush()
+
+    def start_run(self, orderer: str, seed: int, attrs: dict) -> "RunTrace":
+        group = self.file.require_group("runs").require_group(orderer).create_group(f"seed_{seed}")
+        group.attrs["orderer"] = orderer
+        group.attrs["seed"] = seed
+        for key, value in attrs.items():
+            group.attrs[key] = _attr(value)
+        group.attrs["status"] = "interrupted"  # until the run finishes: a killed job leaves this
+        group.attrs["epochs_completed"] = 0
+        self.file.flush()
+        return RunTrace(self.file, group)
+
+    def close(self) -> None:
+        self.file.attrs["end_time"] = utc_now()
+        self.file.close()
+
+
+class RunTrace:
+    def __init__(self, file: h5py.File, group: h5py.Group):
+        self.file, self.group = file, group
+
+    def _extend(self, group: h5py.Group, name: str, values, dtype) -> None:
+        values = np.asarray(values, dtype=dtype)
+        if name not in group:
+            shape = values.shape[1:]
+            rows = max(1, min(1024, 2**16 // max(1, math.prod(shape))))
+            group.create_dataset(name, shape=(0, *shape), maxshape=(None, *shape), dtype=dtype,
+                                 chunks=(rows, *shape))
+        data = group[name]
+        data.resize(data.shape[0] + len(values), axis=0)
+        data[-len(values):] = values
+
+    def append_epoch(self, record: dict) -> None:
+        """One measured epoch: record maps dataset names to scalars (None = not applicable)."""
+        for name, value in record.items():
+            if value is not None:
+                self._extend(self.group, name, [value], np.int64 if name == "epoch" else np.float64)
+        self.group.attrs["epochs_completed"] = int(record["epoch"])
+        self.file.flush()
+
+    def append_orders(self, order: np.ndarray) -> None:
+        self._extend(self.group, "orders", order[None], np.int32)
+        self.file.flush()
+
+    def append_steps(self, epochs, steps, losses) -> None:
+        if len(steps):
+            group = self.group.require_group("steps")
+            self._extend(group, "epoch", epochs, np.int64)
+            self._extend(group, "step", steps, np.int64)
+            self._extend(group, "loss", losses, np.float64)
+            self.file.flush()
+
+    def finish(self, status: str) -> None:
+        self.group.attrs["status"] = status
+        self.file.flush()
+
+
+class NoTrace:
+    """What ranks other than 0 hold instead of a writer: every call does nothing."""
+
+    def start_run(self, *args, **kwargs):
+        return self
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None

@@ -1,0 +1,223 @@
+"""The simulator end to end: traces, rank invariance under real MPI, errors, crashes."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import ROOT, run_mpi
+
+SMALL = ["--epochs", "3", "--workers", "4", "--batch", "3", "--seeds", "0", "1", "--quiet",
+         "--record-orders", "--trace-every", "5", "--orderers", "rr", "d-grab", "cd-grab", "d-grab-pair"]
+TIMING = {"wall_time", "compute_time", "order_time", "comm_time"}
+
+
+def run_serial(args, timeout=300, env=None):
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "ordersim", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=full_env)
+
+
+def contents(path):
+    """Every dataset of every run except the timings, and the run attributes."""
+    out = {}
+    with h5py.File(path, "r") as f:
+        for orderer, seeds in f["runs"].items():
+            for seed, run in seeds.items():
+                out[(orderer, seed, "attrs")] = dict(run.attrs)
+                def visit(name, obj, key=(orderer, seed)):
+                    if isinstance(obj, h5py.Dataset) and name not in TIMING:
+                        out[(*key, name)] = obj[()]
+                run.visititems(visit)
+    return out
+
+
+def assert_bitwise_equal(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        if key[-1] == "attrs":
+            assert a[key] == b[key] or {k: str(v) for k, v in a[key].items()} == \
+                {k: str(v) for k, v in b[key].items()}, key
+        else:
+            assert a[key].dtype == b[key].dtype and a[key].tobytes() == b[key].tobytes(), key
+
+
+@pytest.fixture(scope="module")
+def serial_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("serial") / "serial.h5"
+    result = run_serial([*SMALL, "--out", str(path)])
+    assert result.returncode == 0, result.stderr
+    return path, result
+
+
+def test_serial_trace_has_documented_layout(serial_trace):
+    path, result = serial_trace
+    with h5py.File(path, "r") as f:
+        assert f.attrs["backend"] == "serial" and f.attrs["ranks"] == 1 and "end_time" in f.attrs
+        m, n = f["shards"].shape
+        assert m == 4
+        for orderer in ("rr", "d-grab", "cd-grab", "d-grab-pair"):
+            for seed in (0, 1):
+                run = f[f"runs/{orderer}/seed_{seed}"]
+                assert run.attrs["status"] == "completed"
+                assert run.attrs["workers"] == 4 and run.attrs["examples_per_worker"] == n
+                assert list(run["epoch"][()]) == [0, 1, 2, 3]
+                for name in ("train_loss", "grad_norm", "suboptimality", "dist_to_opt", "test_loss",
+                             "test_accuracy", "herding_inf", "herding_2", "balance_discrepancy",
+                             "wall_time", "compute_time", "order_time", "comm_time"):
+                    assert run[name].shape == (4,), name
+                assert np.all(run["suboptimality"][()] > -1e-9)
+                assert run["train_loss"][-1] < run["train_loss"][0]
+                orders = run["orders"][()]
+                assert orders.shape == (4, m, n) and orders.dtype == np.int32
+                assert all(sorted(row) == list(range(n)) for row in orders.reshape(-1, n))
+                assert run["steps/loss"].shape == run["steps/step"].shape
+                assert np.all(run["steps/step"][()] % 5 == 0)
+        assert np.all(f["runs/cd-grab/seed_0/balance_discrepancy"][1:] > 0)
+        assert np.all(f["runs/rr/seed_0/balance_discrepancy"][()] == 0)
+    assert "final loss" in result.stdout and str(path) in result.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_mpi_traces_are_bitwise_identical_to_serial(serial_trace, tmp_path, ranks):
+    path = tmp_path / f"mpi{ranks}.h5"
+    result = run_mpi(ranks, ["-m", "ordersim", *SMALL, "--backend", "mpi", "--out", str(path)])
+    assert result.returncode == 0, result.stderr
+    with h5py.File(path, "r") as f:
+        assert f.attrs["ranks"] == ranks and f.attrs["backend"] == "mpi"
+    assert_bitwise_equal(contents(serial_trace[0]), contents(path))
+
+
+@pytest.mark.mpi
+def test_two_workers_per_rank_match_serial(tmp_path):
+    args = ["--epochs", "2", "--workers", "8", "--batch", "2", "--seeds", "3", "--quiet",
+            "--record-orders", "--orderers", "cd-grab", "d-grab", "--momentum", "0.5"]
+    serial = tmp_path / "s.h5"
+    assert run_serial([*args, "--out", str(serial)]).returncode == 0
+    mpi = tmp_path / "m.h5"
+    result = run_mpi(4, ["-m", "ordersim", *args, "--out", str(mpi)])
+    assert result.returncode == 0, result.stderr
+    assert_bitwise_equal(contents(serial), contents(mpi))
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--orderers", "rr", "nope"], "orderers"),
+    (["--lr", "-1"], "lr"),
+    (["--workers", "3", "--orderers", "grab"], "orderers"),
+    (["--data", "csv:/no/such/file.csv"], "data"),
+    (["--problem", "no-such-problem"], "problem"),
+    (["--epochs", "0"], "epochs"),
+    (["--batch", "100000"], "batch"),
+    (["--out", "/proc/forbidden/x.h5"], "out"),
+    (["--momentum", "abc"], "momentum"),
+])
+def test_config_errors_are_one_line_and_exit_2(args, field, tmp_path):
+    extra = [] if "--epochs" in args else ["--epochs", "1"]
+    extra += [] if "--out" in args else ["--out", str(tmp_path / "x.h5")]
+    result = run_serial([*args, *extra])
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"'{field}'" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_config_error_exits_2_on_every_rank_under_mpi(tmp_path, ranks):
+    start = time.monotonic()
+    result = run_mpi(ranks, ["-m", "ordersim", "--orderers", "bogus", "--out", str(tmp_path / "x.h5")],
+                     timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.count("'orderers'") == 1  # printed once, by rank 0
+    assert time.monotonic() - start < 60
+
+
+FAILING_PROBLEM = textwrap.dedent('''
+    from mpi4py import MPI
+    from problems.logistic import Logistic
+
+    class FailingLogistic(Logistic):
+        """Logistic regression whose second run fails on the last rank (a user bug mid-job)."""
+        name = "failing-logistic"
+
+        def initial_point(self, rng):
+            comm = MPI.COMM_WORLD
+            if self.__class__.calls == 1 and comm.Get_rank() == comm.Get_size() - 1:
+                raise RuntimeError("boom on the last rank")
+            self.__class__.calls += 1
+            return super().initial_point(rng)
+
+    FailingLogistic.calls = 0
+''')
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_exception_on_one_rank_ends_the_job_and_keeps_the_trace(tmp_path, ranks):
+    module = tmp_path / "failing_problem.py"
+    module.write_text(FAILING_PROBLEM)
+    out = tmp_path / "t.h5"
+    start = time.monotonic()
+    result = run_mpi(ranks, ["-m", "ordersim", "--problem", str(module), "--orderers", "rr",
+                             "--seeds", "0", "1", "--epochs", "2", "--quiet", "--out", str(out)],
+                     timeout=120)
+    assert result.returncode != 0
+    assert "boom on the last rank" in result.stderr
+    assert time.monotonic() - start < 120
+    with h5py.File(out, "r") as f:
+        assert f["runs/rr/seed_0"].attrs["status"] == "completed"
+        assert len(f["runs/rr/seed_0/train_loss"]) == 3
+
+
+def test_killed_run_leaves_a_readable_file_with_completed_epochs(tmp_path):
+    out = tmp_path / "killed.h5"
+    proc = subprocess.Popen([sys.executable, "-m", "ordersim", "--epochs", "100000", "--orderers",
+                             "cd-grab", "--seeds", "0", "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        seen = 0
+        for line in proc.stdout:
+            if "epoch" in line and "/100000" in line:
+                seen += 1
+            if seen >= 3:
+                break
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    with h5py.File(out, "r") as f:
+        run = f["runs/cd-grab/seed_0"]
+        assert run.attrs["status"] == "interrupted"
+        done = len(run["epoch"])
+        assert done >= 4  # epoch 0 and the three epochs printed
+        assert run.attrs["epochs_completed"] == run["epoch"][-1]
+        for name in ("train_loss", "herding_inf", "wall_time"):
+            assert len(run[name]) == done and np.all(np.isfinite(run[name][()]))
+
+
+def test_divergent_run_is_marked_and_the_others_go_on(tmp_path):
+    out = tmp_path / "div.h5"
+    result = run_serial(["--epochs", "3", "--lr", "1e6", "--problem", "least-squares", "--data",
+                         "synthetic:regression?n=400&d=5&cond=10", "--orderers", "rr", "cd-grab",
+                         "--seeds", "0", "--quiet", "--out", str(out)])
+    assert result.returncode == 0, result.stderr
+    with h5py.File(out, "r") as f:
+        assert f["runs/rr/seed_0"].attrs["status"] == "diverged"
+        assert f["runs/cd-grab/seed_0"].attrs["status"] == "diverged"
+    assert "diverged" in result.stdout
+
+
+def test_help_explains_every_config_field():
+    from ordersim.config import FIELDS
+
+    result = run_serial(["--help"])
+    assert result.returncode == 0
+    for name in FIELDS:
+        assert "--" + name.replace("_", "-") in result.stdout, name
