@@ -330,7 +330,7 @@ def _validate(where: str, X: np.ndarray, y: np.ndarray, lines=None) -> None:
                          f"({count} non-finite value(s) in all); features must be finite")
     bad = np.flatnonzero(~np.isfinite(y))
     if bad.size:
-        raise ValueError(f"{where}: label at row {bad[0]} is {y[bad[0]]!r}; labels must be finite")
+        raise ValueError(f"{where}: label at row {bad[0]} is {float(y[bad[0]])!r}; labels must be finite")
 
 
 def _convert_labels(where: str, y: np.ndarray, label_kind: str | None, task: str | None):

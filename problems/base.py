@@ -133,7 +133,7 @@ class Problem:
             bad = ~np.isfinite(y)
         if bad.any():
             row = int(np.argmax(bad))
-            raise ValueError(f"{self.name}: label {y[row]!r} at row {row} is outside the allowed labels: "
+            raise ValueError(f"{self.name}: label {float(y[row])!r} at row {row} is outside the allowed labels: "
                              f"{self.allowed_labels()}")
 
     def check_data(self, A, y) -> None:

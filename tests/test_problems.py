@@ -1,0 +1,281 @@
+"""Problems: every kernel against a NumPy reference written here and against finite differences."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from problems import available_problems, make_problem, problem_class
+
+ROOT = Path(__file__).resolve().parents[1]
+N, P, K = 13, 5, 3
+
+
+# -- NumPy references: per-example losses (N,) and gradients (N, dim), regularizer included ---------
+def ref_least_squares(x, A, y, o):
+    e = A @ x - y
+    return 0.5 * e**2 + 0.5 * o["lam"] * x @ x, e[:, None] * A + o["lam"] * x
+
+
+def ref_logistic(x, A, y, o, nonconvex=False):
+    m = -y * (A @ x)
+    loss = np.logaddexp(0.0, m)
+    grad = (-y / (1.0 + np.exp(-m)))[:, None] * A
+    lam = o["lam"]
+    if nonconvex:
+        return loss + lam * np.sum(x**2 / (1 + x**2)), grad + 2 * lam * x / (1 + x**2) ** 2
+    return loss + 0.5 * lam * x @ x, grad + lam * x
+
+
+def ref_softmax(x, A, y, o):
+    W = x.reshape(-1, A.shape[1])
+    Z = A @ W.T
+    lse = np.log(np.exp(Z).sum(1))
+    Pr = np.exp(Z - lse[:, None])
+    onehot = np.eye(W.shape[0])[y.astype(int)]
+    loss = lse - Z[np.arange(len(y)), y.astype(int)] + 0.5 * o["lam"] * x @ x
+    grads = np.einsum("ik,ij->ikj", Pr - onehot, A).reshape(len(y), -1) + o["lam"] * x
+    return loss, grads
+
+
+def ref_mlp(x, A, y, o):
+    H, p = o["width"], A.shape[1]
+    Kc = (x.size - H * p - H) // (H + 1)
+    W1 = x[: H * p].reshape(H, p)
+    b1 = x[H * p: H * p + H]
+    W2 = x[H * p + H: H * p + H + Kc * H].reshape(Kc, H)
+    b2 = x[H * p + H + Kc * H:]
+    Z1 = A @ W1.T + b1
+    if o["activation"] == "tanh":
+        Hd, dact = np.tanh(Z1), 1 - np.tanh(Z1) ** 2
+    else:
+        Hd, dact = np.logaddexp(0, Z1), 1 / (1 + np.exp(-Z1))
+    Z2 = Hd @ W2.T + b2
+    lse = np.log(np.exp(Z2).sum(1))
+    lab = y.astype(int)
+    loss = lse - Z2[np.arange(len(y)), lab] + 0.5 * o["lam"] * x @ x
+    D2 = np.exp(Z2 - lse[:, None]) - np.eye(Kc)[lab]
+    D1 = (D2 @ W2) * dact
+    grads = np.hstack([np.einsum("iu,ij->iuj", D1, A).reshape(len(y), -1), D1,
+                       np.einsum("ik,iu->iku", D2, Hd).reshape(len(y), -1), D2])
+    return loss, grads + o["lam"] * x
+
+
+def ref_robust(x, A, y, o):
+    r = A @ x - y
+    c = o["c"]
+    u = (r / c) ** 2
+    if o["loss"] == "cauchy":
+        rho, psi = 0.5 * c * c * np.log1p(u), r / (1 + u)
+    elif o["loss"] == "geman-mcclure":
+        rho, psi = 0.5 * r * r / (1 + u), r / (1 + u) ** 2
+    else:
+        rho, psi = 0.5 * c * c * (1 - np.exp(-u)), r * np.exp(-u)
+    return rho + 0.5 * o["lam"] * x @ x, psi[:, None] * A + o["lam"] * x
+
+
+CASES = [  # (id, problem name, options, reference)
+    ("least-squares", "least-squares", {"lam": 0.3}, ref_least_squares),
+    ("logistic", "logistic", {"lam": 0.2}, ref_logistic),
+    ("nonconvex-logistic", "nonconvex-logistic", {"lam": 0.5}, lambda *a: ref_logistic(*a, nonconvex=True)),
+    ("softmax", "softmax", {"lam": 0.1}, ref_softmax),
+    ("mlp-tanh", "mlp", {"lam": 0.05, "width": 4, "activation": "tanh"}, ref_mlp),
+    ("mlp-softplus", "mlp", {"lam": 0.0, "width": 3, "activation": "softplus"}, ref_mlp),
+    ("robust-gm", "robust-regression", {"lam": 0.1, "loss": "geman-mcclure", "c": 0.7}, ref_robust),
+    ("robust-cauchy", "robust-regression", {"lam": 0.1, "loss": "cauchy", "c": 1.3}, ref_robust),
+    ("robust-welsch", "robust-regression", {"lam": 0.0, "loss": "welsch", "c": 1.0}, ref_robust),
+]
+
+
+def make_case(name, options, seed=0):
+    rng = np.random.default_rng(seed)
+    A = np.ascontiguousarray(rng.normal(size=(N, P)))
+    cls = problem_class(name)
+    classes = {"binary": 2, "multiclass": K, "real": 0}[cls.label_kind]
+    if cls.label_kind == "binary":
+        y = rng.choice([-1.0, 1.0], size=N)
+    elif cls.label_kind == "multiclass":
+        y = rng.integers(0, K, size=N).astype(np.float64)
+    else:
+        y = 2.0 * rng.normal(size=N)
+    problem = make_problem(name, P, classes, **options)
+    x = problem.initial_point(rng) + 0.7 * rng.normal(size=problem.dim)
+    return problem, A, y, x
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_kernels_match_numpy_reference(case):
+    _, name, options, ref = case
+    problem, A, y, x = make_case(name, options)
+    problem.check_data(A, y)
+    idx = np.array([3, 0, 7, 7, 12], dtype=np.int64)
+    out = np.full((idx.size, problem.dim), np.nan)
+    total = problem.batch_grads(x, A, y, idx, problem.params, out)
+    losses, grads = ref(x, A, y, problem.options)
+    np.testing.assert_allclose(total, losses[idx].sum(), rtol=1e-12)
+    np.testing.assert_allclose(out, grads[idx], rtol=1e-10, atol=1e-13)
+
+    allidx = np.arange(N, dtype=np.int64)
+    g = np.full(problem.dim, np.nan)
+    f = problem.full_grad(x, A, y, allidx, problem.params, g)
+    np.testing.assert_allclose(f, losses.mean(), rtol=1e-12)
+    np.testing.assert_allclose(problem.full_loss(x, A, y, allidx, problem.params), losses.mean(), rtol=1e-12)
+    np.testing.assert_allclose(g, grads.mean(axis=0), rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_gradients_match_finite_differences(case):
+    _, name, options, _ = case
+    problem, A, y, x = make_case(name, options, seed=1)
+    params = problem.params
+    h = 1e-6
+    for idx in (np.arange(N, dtype=np.int64), np.array([5], dtype=np.int64)):
+        g = np.empty(problem.dim)
+        problem.full_grad(x, A, y, idx, params, g)
+        fd = np.empty(problem.dim)
+        for j in range(problem.dim):
+            e = np.zeros(problem.dim)
+            e[j] = h
+            fd[j] = (problem.full_loss(x + e, A, y, idx, params) - problem.full_loss(x - e, A, y, idx, params)) / (2 * h)
+        np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["logistic", "softmax", "mlp"])
+def test_accuracy_matches_reference(name):
+    problem, A, y, x = make_case(name, {} if name != "mlp" else {"width": 3})
+    idx = np.arange(N, dtype=np.int64)
+    acc = problem.accuracy(x, A, y, idx, problem.params)
+    if name == "logistic":
+        pred = np.where(A @ x >= 0, 1.0, -1.0)
+    else:
+        _, _ = None, None
+        if name == "softmax":
+            Z = A @ x.reshape(K, P).T
+        else:
+            H = 3
+            Z1 = np.tanh(A @ x[: H * P].reshape(H, P).T + x[H * P: H * P + H])
+            Z = Z1 @ x[H * P + H: H * P + H + K * H].reshape(K, H).T + x[-K:]
+        pred = np.argmax(Z, axis=1)
+    assert acc == pytest.approx(np.mean(pred == y))
+    assert np.isnan(make_problem("least-squares", P).accuracy(x[:P], A, y, idx, np.array([0.0])))
+
+
+def test_extreme_margins_stay_finite():
+    problem = make_problem("logistic", 2, 2, lam=0.0)
+    A = np.array([[1000.0, 0.0], [-1000.0, 0.0]])
+    y = np.array([1.0, 1.0])
+    out = np.empty((2, 2))
+    total = problem.batch_grads(np.array([1.0, 0.0]), A, y, np.arange(2), problem.params, out)
+    assert total == pytest.approx(1000.0) and np.all(np.isfinite(out))
+
+
+def test_registry_lists_every_problem():
+    names = available_problems()
+    assert set(names) >= {"least-squares", "logistic", "softmax", "nonconvex-logistic", "mlp", "robust-regression"}
+    assert all(isinstance(d, str) and d for d in names.values())
+    for name in names:
+        cls = problem_class(name)
+        assert cls.label_kind in ("binary", "multiclass", "real")
+    assert make_problem("mlp", 4, 3, width=5).dim == 5 * 4 + 5 + 3 * 5 + 3
+    p = make_problem("softmax", 4, 3)
+    assert p.dim == 12 and p.options == {"lam": 1e-3} and p.convex
+    assert not make_problem("robust-regression", 4).convex
+
+
+@pytest.mark.parametrize("args, kwargs, pattern", [
+    (("nope", 3, 0), {}, r"unknown problem 'nope'; known problems: .*least-squares.*logistic"),
+    (("logistic", 3, 2), {"lamda": 1}, r"logistic: unknown option\(s\) lamda; allowed: lam"),
+    (("logistic", 3, 2), {"lam": -1.0}, r"logistic: option lam must be a finite number >= 0"),
+    (("mlp", 3, 3), {"activation": "relu"}, r"mlp: option activation must be one of 'tanh', 'softplus'"),
+    (("mlp", 3, 3), {"width": 0}, r"mlp: option width must be an integer >= 1"),
+    (("robust-regression", 3, 0), {"loss": "huber"}, r"option loss must be one of"),
+    (("robust-regression", 3, 0), {"c": 0.0}, r"option c must be a finite number > 0"),
+    (("logistic", 3, 3), {}, r"logistic: binary problem, but the data has 3 classes"),
+    (("softmax", 3, 1), {}, r"softmax: needs classes >= 2"),
+    (("least-squares", 0, 0), {}, r"features must be an integer >= 1"),
+    (("missing/problem.py", 3, 0), {}, r"problem file 'missing/problem.py' does not exist"),
+])
+def test_bad_problem_arguments(args, kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern) as info:
+        make_problem(*args, **kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_labels_and_dimensions_are_checked():
+    logistic = make_problem("logistic", 3, 2)
+    with pytest.raises(ValueError, match=r"logistic: label 2.0 at row 1 is outside the allowed labels: -1 and \+1"):
+        logistic.check_labels(np.array([1.0, 2.0, -1.0]))
+    with pytest.raises(ValueError, match=r"softmax: label 3.0 at row 0 .* integers 0..2"):
+        make_problem("softmax", 3, 3).check_labels(np.array([3.0]))
+    with pytest.raises(ValueError, match=r"least-squares: label nan at row 1"):
+        make_problem("least-squares", 3).check_labels(np.array([0.0, np.nan]))
+    with pytest.raises(ValueError, match=r"dimension mismatch: the problem was made for 3 features, the data has shape \(4, 5\)"):
+        logistic.check_data(np.zeros((4, 5)), np.ones(4))
+    with pytest.raises(ValueError, match=r"dimension mismatch: 4 rows of features but labels of shape \(3,\)"):
+        logistic.check_data(np.zeros((4, 3)), np.ones(3))
+
+
+def test_mlp_initial_point_is_small_random_and_seeded():
+    p = make_problem("mlp", 10, 3, width=8)
+    a = p.initial_point(np.random.default_rng(5))
+    b = p.initial_point(np.random.default_rng(5))
+    np.testing.assert_array_equal(a, b)
+    assert a.shape == (p.dim,) and np.any(a != 0) and np.abs(a).max() < 3
+    assert not np.any(make_problem("logistic", 4, 2).initial_point(np.random.default_rng(0)))
+
+
+def test_documented_worked_example_loads_by_path(tmp_path):
+    text = (ROOT / "docs" / "problems.md").read_text()
+    blocks = re.findall(r"```python\n(# my_problem.py\n.*?)```", text, flags=re.S)
+    assert len(blocks) == 1
+    path = tmp_path / "my_problem.py"
+    path.write_text(blocks[0])
+    problem = make_problem(str(path), P, 0, delta=0.5)
+    assert problem.name == "pseudo-huber" and problem.dim == P
+    rng = np.random.default_rng(2)
+    A, y, x = rng.normal(size=(N, P)), rng.normal(size=N), rng.normal(size=P)
+    idx = np.arange(N, dtype=np.int64)
+    e = A @ x - y
+    root = np.sqrt(1 + (e / 0.5) ** 2)
+    g = np.empty(P)
+    f = problem.full_grad(x, A, y, idx, problem.params, g)
+    assert f == pytest.approx(np.mean(0.25 * (root - 1)) + 0.5e-3 * x @ x, rel=1e-12)
+    np.testing.assert_allclose(g, (e / root) @ A / N + 1e-3 * x, rtol=1e-10)
+    with pytest.raises(ValueError, match="unknown option"):
+        make_problem(str(path), P, 0, width=3)
+    bad = tmp_path / "empty_problem.py"
+    bad.write_text("x = 1\n")
+    with pytest.raises(ValueError, match=r"must define exactly one subclass of problems.base.Problem"):
+        make_problem(str(bad), P, 0)
+
+
+def test_kernels_run_without_jit():
+    """NUMBA_DISABLE_JIT=1 turns every kernel into plain Python: it must still be correct."""
+    code = (
+        "import numpy as np\n"
+        "from problems import make_problem\n"
+        "import problems.logistic as L\n"
+        "assert not hasattr(L.batch_grads, 'py_func'), 'jit is on'\n"
+        "rng = np.random.default_rng(0)\n"
+        "A = rng.normal(size=(6, 3)); y = rng.choice([-1.0, 1.0], size=6); x = rng.normal(size=3)\n"
+        "ok = True\n"
+        "for name, yy, cl in (('logistic', y, 2), ('mlp', (y > 0).astype(float), 2), ('robust-regression', y, 0)):\n"
+        "    p = make_problem(name, 3, cl)\n"
+        "    xx = rng.normal(size=p.dim)\n"
+        "    out = np.empty((6, p.dim)); p.batch_grads(xx, A, yy, np.arange(6), p.params, out)\n"
+        "    g = np.empty(p.dim); p.full_grad(xx, A, yy, np.arange(6), p.params, g)\n"
+        "    ok &= np.allclose(out.mean(0), g, rtol=1e-12, atol=1e-14)\n"
+        "p = make_problem('logistic', 3, 2)\n"
+        "out = np.empty((6, 3)); p.batch_grads(x, A, y, np.arange(6), p.params, out)\n"
+        "ref = (-y / (1 + np.exp(y * (A @ x))))[:, None] * A + 1e-3 * x\n"
+        "ok &= np.allclose(out, ref, rtol=1e-12)\n"
+        "print('OK' if ok else 'MISMATCH')\n"
+    )
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "OK"
