@@ -1,0 +1,266 @@
+"""Read ordersim HDF5 traces (layout: docs/trace-format.md).
+
+    load_runs(paths)                 -> pandas.DataFrame, one row per (file, run, measured epoch)
+    load_run_arrays(path)            -> {"attrs": {...}, "runs": {(orderer, seed): {"attrs": {...}, name: array}}}
+    load_orders(path, orderer, seed) -> int (T, m, n) array of recorded visit orders
+
+Problems with a file are never fatal when the data can still be read: they are reported with a
+``TraceWarning`` naming the file and run, and collected as strings in ``df.attrs["notes"]``.
+- interrupted runs (status "interrupted", or a file without ``end_time``) are loaded up to the last
+  completed epoch, with ``interrupted = True``;
+- a per-epoch dataset that a run lacks becomes NaN in that run's rows; a warning is raised when the
+  dataset is one the simulator always writes, or when another run of the same file has it (datasets
+  that do not apply, e.g. ``suboptimality`` of a nonconvex problem, are absent by design);
+- datasets shorter than ``epoch`` (a job killed between two writes) are padded with NaN.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+# Written for every run (docs/trace-format.md); the others only where they apply.
+ALWAYS_WRITTEN = ("epoch", "train_loss", "grad_norm", "herding_inf", "herding_2", "balance_discrepancy",
+                  "wall_time", "compute_time", "order_time", "comm_time")
+CONDITIONAL = ("suboptimality", "dist_to_opt", "test_loss", "test_accuracy", "train_accuracy")
+PER_EPOCH = ALWAYS_WRITTEN + CONDITIONAL
+# Root attributes copied into every row of load_runs (config and hosts stay in load_run_arrays).
+FILE_COLUMNS = ("problem", "data", "backend", "ranks", "dropped_examples", "ordersim_version",
+                "start_time", "end_time")
+# Run attributes first in the table, in this order; any other attribute follows.
+RUN_COLUMNS = ("orderer", "seed", "workers", "examples_per_worker", "batch", "lr", "status",
+               "epochs_completed", "f_star", "L", "L_max", "mu", "sigma2_star", "zeta2_star")
+
+
+class TraceWarning(UserWarning):
+    """Something in a trace file is missing or incomplete; the data that exists was loaded."""
+
+
+def _value(v):
+    """An HDF5 attribute as a plain Python value (str, int, float, bool or list)."""
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, np.ndarray):
+        return [_value(x) for x in v.tolist()] if v.dtype.kind in "OS" else v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _attrs(obj) -> dict:
+    return {k: _value(v) for k, v in obj.attrs.items()}
+
+
+class _Notes:
+    """Collects what is missing or incomplete; ``emit`` warns once per note, from the caller's line."""
+
+    def __init__(self):
+        self.items: list[str] = []
+        self.missing: dict[tuple[str, str], list[str]] = {}  # (file, dataset) -> runs without it
+
+    def add(self, text: str):
+        self.items.append(text)
+
+    def emit(self) -> list[str]:
+        for (path, name), runs in self.missing.items():
+            self.items.append(f"file {path}: dataset '{name}' is missing in run(s) {', '.join(runs)}; "
+                              "filled with NaN")
+        self.missing = {}
+        for text in self.items:
+            warnings.warn(text, TraceWarning, stacklevel=3)
+        return self.items
+
+
+def _read_run(run: h5py.Group, path: str, where: str, file_attrs: dict, others: set, notes: _Notes) -> dict:
+    """One run's attributes and per-epoch arrays (all of one length), noting what is missing."""
+    attrs = _attrs(run)
+    attrs.setdefault("orderer", where.split("/")[0])
+    attrs.setdefault("seed", int(where.rsplit("_", 1)[-1]) if where.rsplit("_", 1)[-1].isdigit() else where)
+    data = {name: ds[()] for name, ds in run.items() if isinstance(ds, h5py.Dataset) and ds.ndim == 1}
+    if "epoch" in data:
+        length = len(data["epoch"])
+    else:
+        length = max((len(a) for a in data.values()), default=0)
+        data["epoch"] = np.arange(length, dtype=np.int64)
+        notes.add(f"run {where} in file {path} has no dataset 'epoch'; epochs numbered 0..{length - 1}")
+    for name, array in list(data.items()):
+        if len(array) < length:
+            data[name] = np.concatenate([array.astype(float), np.full(length - len(array), np.nan)])
+            notes.add(f"run {where} in file {path}: dataset '{name}' has {len(array)} entries, "
+                      f"'epoch' has {length}; padded with NaN")
+        elif len(array) > length:
+            data[name] = array[:length]
+    for name in PER_EPOCH:
+        if name not in data and (name in ALWAYS_WRITTEN or name in others):
+            notes.missing.setdefault((path, name), []).append(where)
+    status = attrs.get("status", "unknown")
+    # A killed job leaves no end_time; its runs that had finished say so in their status.
+    interrupted = status == "interrupted" or ("end_time" not in file_attrs
+                                              and status not in ("completed", "diverged"))
+    last = int(data["epoch"][-1]) if length else None
+    if interrupted:
+        why = "status 'interrupted'" if status == "interrupted" else "the file has no end_time"
+        notes.add(f"run {where} in file {path} is interrupted after epoch {last} ({why}); "
+                  f"loaded its {length} measured epochs")
+    elif status == "diverged":
+        notes.add(f"run {where} in file {path} diverged (last measured epoch {last})")
+    attrs["interrupted"] = bool(interrupted)
+    return {"attrs": attrs, **data}
+
+
+def _runs(f: h5py.File):
+    """(where, group) for every /runs/<orderer>/seed_<k>, sorted by orderer then seed."""
+    if "runs" not in f:
+        return []
+    found = []
+    for orderer, seeds in f["runs"].items():
+        for name, run in seeds.items():
+            if isinstance(run, h5py.Group):
+                key = int(name.split("_", 1)[1]) if name.startswith("seed_") and name[5:].isdigit() else 1 << 62
+                found.append(((orderer, key, name), f"{orderer}/{name}", run))
+    return [(where, run) for _, where, run in sorted(found, key=lambda x: x[0])]
+
+
+def _read_file(path, notes: _Notes) -> tuple[dict, dict]:
+    path = str(path)
+    with h5py.File(path, "r") as f:
+        file_attrs = _attrs(f)
+        runs = _runs(f)
+        if "end_time" not in file_attrs:
+            notes.add(f"file {path} has no end_time: the job was killed before it finished "
+                      "(runs with status 'completed' are complete; the others are interrupted)")
+        if not runs:
+            notes.add(f"file {path} holds no runs (no group /runs/<orderer>/seed_<k>)")
+        present = set()
+        for _, run in runs:
+            present |= {n for n in run if n in CONDITIONAL}
+        out = {}
+        for where, run in runs:
+            arrays = _read_run(run, path, where, file_attrs, present, notes)
+            out[(arrays["attrs"]["orderer"], arrays["attrs"]["seed"])] = arrays
+    return file_attrs, out
+
+
+def load_run_arrays(path) -> dict:
+    """Every run of one trace file as NumPy arrays.
+
+    Returns ``{"attrs": root attributes (config parsed from JSON), "runs": {(orderer, seed):
+    {"attrs": run attributes + "interrupted", "epoch": ..., "train_loss": ..., ...}}}``; every
+    1-D dataset of a run is there, all of the length of ``epoch``. Warns (TraceWarning) as
+    ``load_runs`` does.
+    """
+    notes = _Notes()
+    file_attrs, runs = _read_file(path, notes)
+    for key in ("config", "hosts"):
+        if isinstance(file_attrs.get(key), str):
+            try:
+                file_attrs[key] = json.loads(file_attrs[key])
+            except ValueError:
+                pass
+    return {"attrs": file_attrs, "runs": runs, "notes": notes.emit()}
+
+
+def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
+    """A tidy table of one or many trace files: one row per (file, run, measured epoch).
+
+    Columns: ``file``, the root attributes in FILE_COLUMNS, the run attributes (orderer, seed,
+    workers, examples_per_worker, batch, lr, status, epochs_completed, f_star, ... and any other),
+    ``interrupted`` (bool), then every per-epoch dataset found in any run (NaN where a run lacks it).
+    ``df.attrs["notes"]`` lists what was missing or incomplete; each note is also a TraceWarning.
+    """
+    import pandas as pd
+
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    notes = _Notes()
+    frames = []
+    for path in paths:
+        file_attrs, runs = _read_file(path, notes)
+        for arrays in runs.values():
+            columns = {"file": str(path)}
+            columns.update({k: file_attrs.get(k) for k in FILE_COLUMNS})
+            attrs = arrays["attrs"]
+            columns.update({k: attrs.get(k, np.nan) for k in RUN_COLUMNS})
+            columns.update({k: v for k, v in attrs.items() if k not in columns and not isinstance(v, list)})
+            table = pd.DataFrame({name: a for name, a in arrays.items() if name != "attrs"})
+            for k, v in reversed(list(columns.items())):
+                table.insert(0, k, [v] * len(table))
+            frames.append(table)
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["file", *RUN_COLUMNS])
+    for name in PER_EPOCH:
+        if name not in df:
+            df[name] = np.nan
+    df.attrs["notes"] = notes.emit()
+    return df
+
+
+def load_orders(path, orderer: str, seed: int) -> np.ndarray:
+    """The recorded visit orders of run (orderer, seed): int (T, m, n), ``orders[t]`` used in epoch t+1.
+
+    Raises KeyError naming the file when the run is absent or was run without --record-orders.
+    The local example j of worker i is training example ``load_shards(path)[i, j]``.
+    """
+    with h5py.File(path, "r") as f:
+        where = f"runs/{orderer}/seed_{seed}"
+        if where not in f:
+            known = [w for w, _ in _runs(f)]
+            raise KeyError(f"file {path} has no run {orderer}/seed_{seed}; runs: {', '.join(known) or 'none'}")
+        if "orders" not in f[where]:
+            raise KeyError(f"run {orderer}/seed_{seed} in file {path} has no 'orders' "
+                           "(the simulator records them with --record-orders)")
+        return f[where]["orders"][()]
+
+
+def load_herding_sim(paths) -> "pandas.DataFrame":  # noqa: F821
+    """Files of ``python -m ordersim herding-sim`` (docs/herding_sim.md) as a tidy table.
+
+    One row per (file, m, orderer, round): columns file, workers, examples_per_worker, orderer, seed,
+    dim, batch, norm, round (0 = the shared random start), herding. A file without end_time (the
+    command was interrupted) is loaded with the cells it finished and a TraceWarning.
+    """
+    import pandas as pd
+
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    notes = _Notes()
+    frames = []
+    for path in paths:
+        with h5py.File(path, "r") as f:
+            root = _attrs(f)
+            if root.get("experiment") != "herding-sim":
+                notes.add(f"file {path} is not a herding-sim file (root attribute experiment = "
+                          f"{root.get('experiment')!r}); skipped")
+                continue
+            config = json.loads(root.get("config", "{}"))
+            if "end_time" not in root:
+                notes.add(f"file {path} has no end_time: herding-sim was interrupted; loaded its finished cells")
+            for group in f.values():
+                if not isinstance(group, h5py.Group):
+                    continue
+                for name, ds in group.items():
+                    a = {**config, **_attrs(group), **_attrs(ds)}
+                    values = ds[()]
+                    columns = {"file": str(path), "orderer": a.get("orderer", name),
+                               **{k: a.get(k) for k in ("workers", "examples_per_worker", "seed", "dim", "batch")},
+                               "norm": a.get("norm", "inf"), "round": np.arange(len(values)), "herding": values}
+                    frames.append(pd.DataFrame(columns))
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["file", "workers", "examples_per_worker", "orderer", "seed", "round", "herding"])
+    df.attrs["notes"] = notes.emit()
+    return df
+
+
+def load_shards(path) -> np.ndarray:
+    """``/shards``: int (m, n), the training-example index of every worker's local example."""
+    with h5py.File(path, "r") as f:
+        if "shards" not in f:
+            raise KeyError(f"file {path} has no dataset /shards")
+        return f["shards"][()]
+
+
+__all__ = ["ALWAYS_WRITTEN", "CONDITIONAL", "PER_EPOCH", "TraceWarning", "load_herding_sim", "load_orders",
+           "load_run_arrays", "load_runs", "load_shards"]
