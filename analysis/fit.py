@@ -1,0 +1,161 @@
+"""Fit the rate exponents of the final error against m and n and compare them with the theory.
+
+    python -m analysis.fit FILE.h5 [FILE.h5 ...] [--metric auto|suboptimality|gap|grad_norm_sq]
+                           [--setting auto|pl|nonconvex] [--epoch T] [--level 0.95] [--out DIR]
+
+Prints one row per (variable, orderer): the number of (run, final error) points, the measured
+exponent (least-squares slope of log error on log m or log n over every run, seeds as separate
+points) with its confidence interval (t distribution, points - 2 degrees of freedom), the theory's
+exponent (analysis/theory.py) and whether they agree (the theory inside the interval). With --out,
+also writes DIR/fit.csv.
+
+The error of a run is its metric at epoch T (default: the last epoch every completed run reached;
+interrupted and diverged runs are left out with a note). For a variable (m or n), the points are the
+runs whose other settings (n or m, b, lr, problem, data) form the largest sweep of that variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from analysis import style, theory
+
+VARIABLE_COLUMN = {"m": "workers", "n": "examples_per_worker"}
+METRICS = ("auto", "suboptimality", "gap", "grad_norm_sq")
+METRIC_LABEL = {"suboptimality": r"final suboptimality $f(x_T)-f^\star$",
+                "gap": r"final train loss minus the best, $f(x_T)-\min f$",
+                "grad_norm_sq": r"final squared gradient norm $\|\nabla f(x_T)\|_2^2$"}
+
+
+def fit_exponent(x, y, level: float = 0.95) -> tuple[float, float, float]:
+    """Least-squares slope of log(y) on log(x) and its ``level`` confidence interval (t distribution).
+
+    Points with x <= 0, y <= 0 or non-finite values are ignored. With fewer than 3 points (or one
+    distinct x) the interval is (nan, nan) (and the slope nan when it cannot be fitted).
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+    lx, ly = np.log(x[keep]), np.log(y[keep])
+    k = lx.size
+    if k < 2 or np.ptp(lx) == 0:
+        return float("nan"), float("nan"), float("nan")
+    sxx = np.sum((lx - lx.mean()) ** 2)
+    slope = float(np.sum((lx - lx.mean()) * (ly - ly.mean())) / sxx)
+    if k < 3:
+        return slope, float("nan"), float("nan")
+    residual = ly - ly.mean() - slope * (lx - lx.mean())
+    se = np.sqrt(np.sum(residual**2) / (k - 2) / sxx)
+    half = float(stats.t.ppf(0.5 + level / 2, k - 2) * se)
+    return slope, slope - half, slope + half
+
+
+def final_errors(df, metric: str = "auto", epoch: int | None = None):
+    """One row per completed run: its settings and ``error`` at epoch T; also returns (metric, T, notes)."""
+    notes = []
+    ok = df[(df.status == "completed") & ~df.interrupted.astype(bool)]
+    left = df.loc[~df.index.isin(ok.index), ["file", "orderer", "seed", "status"]].drop_duplicates()
+    for r in left.itertuples():
+        notes.append(f"left out run {r.orderer}/seed_{r.seed} of {r.file} (status {r.status})")
+    if metric == "auto":
+        metric = "suboptimality" if "suboptimality" in ok and ok.suboptimality.notna().all() else "gap"
+    if epoch is None:
+        epoch = int(ok.groupby(["file", "orderer", "seed"]).epoch.max().min()) if len(ok) else 0
+    rows = ok[ok.epoch == epoch].copy()
+    if metric == "suboptimality":
+        rows["error"] = rows.suboptimality
+    elif metric == "grad_norm_sq":
+        rows["error"] = rows.grad_norm**2
+    else:  # train loss minus the best train loss seen in the same file (the same problem instance)
+        rows["error"] = rows.train_loss - ok.groupby("file").train_loss.transform("min").loc[rows.index]
+    bad = rows[~(rows.error > 0)]
+    for r in bad.itertuples():
+        notes.append(f"left out run {r.orderer}/seed_{r.seed} of {r.file}: {metric} at epoch {epoch} "
+                     f"is {r.error} (log needs > 0)")
+    return rows[rows.error > 0], metric, epoch, notes
+
+
+def sweep(errors, variable: str):
+    """The rows of the largest sweep over ``variable`` (m or n), the other settings held fixed."""
+    column = VARIABLE_COLUMN[variable]
+    others = [c for c in ("workers", "examples_per_worker", "batch", "lr", "problem", "data")
+              if c != column and c in errors]
+    best = None
+    for _, g in errors.groupby(others, dropna=False) if len(errors) else []:
+        if best is None or g[column].nunique() > best[column].nunique():
+            best = g
+    return best if best is not None and best[column].nunique() >= 2 else None
+
+
+def setting_of(errors, metric: str, setting: str = "auto") -> str:
+    if setting != "auto":
+        return setting
+    if metric == "grad_norm_sq":
+        return "nonconvex"
+    return "pl" if np.isfinite(errors.f_star.astype(float)).all() else "nonconvex"
+
+
+def table(df, metric="auto", setting="auto", epoch=None, level=0.95):
+    """The fit table as a DataFrame, plus (metric, setting, T, notes)."""
+    import pandas as pd
+
+    errors, metric, epoch, notes = final_errors(df, metric, epoch)
+    setting = setting_of(errors, metric, setting)
+    rows = []
+    for variable, column in VARIABLE_COLUMN.items():
+        points = sweep(errors, variable)
+        if points is None:
+            notes.append(f"no sweep over {variable}: the files hold one value of {column} per setting")
+            continue
+        for orderer, g in sorted(points.groupby("orderer"), key=lambda kv: style.orderer_key(kv[0])):
+            slope, lo, hi = fit_exponent(g[column], g.error, level)
+            expected = theory.exponent(orderer, variable, setting)
+            agree = "n/a" if expected is None or not np.isfinite(lo) else ("yes" if lo <= expected <= hi else "no")
+            rows.append({"variable": variable, "orderer": orderer, "points": len(g), "exponent": slope,
+                         "ci_low": lo, "ci_high": hi, "theory": theory.format_exponent(expected),
+                         "agree": agree})
+    return pd.DataFrame(rows), metric, setting, epoch, notes
+
+
+def add_arguments(p: argparse.ArgumentParser):
+    p.add_argument("--metric", choices=METRICS, default="auto",
+                   help="error of a run: suboptimality f-f*; gap = train loss minus the smallest train loss "
+                        "in the same file; grad_norm_sq = squared gradient norm (non-convex theory); "
+                        "auto = suboptimality when every run has it, else gap")
+    p.add_argument("--setting", choices=("auto",) + theory.SETTINGS, default="auto",
+                   help="which theory column to compare with: pl (PL / strongly convex) or nonconvex; "
+                        "auto = pl when f* is known for every run and the metric is not grad_norm_sq")
+    p.add_argument("--epoch", type=int, default=None, metavar="T",
+                   help="epoch at which the error is taken (default: the last epoch every completed run reached)")
+    p.add_argument("--level", type=float, default=0.95, help="confidence level of the interval")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("files", nargs="+", metavar="FILE.h5", help="ordersim trace files (docs/trace-format.md)")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR", help="also write the table to DIR/fit.csv")
+    add_arguments(p)
+    args = p.parse_args(argv)
+    result, metric, setting, epoch, notes = table(style.load(args.files), args.metric, args.setting,
+                                                  args.epoch, args.level)
+    print(f"error: {metric} at epoch T = {epoch}; theory: {setting}; "
+          f"{args.level:.0%} confidence interval (t distribution)")
+    if len(result):
+        shown = result.assign(exponent=result.exponent.map("{:+.3f}".format),
+                              ci=[f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in zip(result.ci_low, result.ci_high)])
+        print(shown[["variable", "orderer", "points", "exponent", "ci", "theory", "agree"]].to_string(index=False))
+    for note in notes:
+        print(f"note: {note}")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        result.to_csv(args.out / "fit.csv", index=False)
+        print(f"wrote {args.out / 'fit.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
