@@ -1,0 +1,262 @@
+"""Data sets by spec, their checks and errors, and the worker partitions."""
+
+import h5py
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ordersim.data import load_dataset, partition
+
+
+def one_line(info):
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+# -- synthetic --------------------------------------------------------------------------------------
+def test_synthetic_regression_is_seeded_and_conditioned():
+    spec = "synthetic:regression?n=4000&d=6&cond=100&noise=0"
+    a = load_dataset(spec, standardize=False, intercept=False, seed=3)
+    b = load_dataset(spec, standardize=False, intercept=False, seed=3)
+    c = load_dataset(spec, standardize=False, intercept=False, seed=4)
+    np.testing.assert_array_equal(a.X, b.X)
+    assert not np.allclose(a.X, c.X)
+    assert a.X.shape == (4000, 6) and a.X.flags.c_contiguous and a.X.dtype == np.float64
+    eig = np.linalg.eigvalsh(a.X.T @ a.X / 4000)
+    assert 60 < eig[-1] / eig[0] < 160  # population condition number 100
+    np.testing.assert_allclose(a.X @ np.array(a.info["x_planted"]), a.y, atol=1e-10)  # noise=0
+    assert a.classes == 0 and a.info["synthetic"]["cond"] == 100.0
+
+
+def test_synthetic_planted_solution_follows_standardization():
+    d = load_dataset("synthetic:regression?n=500&d=4&noise=0", test_fraction=0.2, seed=1)
+    assert d.X.shape == (400, 5) and d.X_test.shape == (100, 5)
+    np.testing.assert_allclose(d.X @ np.array(d.info["x_planted"]), d.y, atol=1e-10)
+    np.testing.assert_allclose(d.X_test @ np.array(d.info["x_planted"]), d.y_test, atol=1e-10)
+    assert "x_planted" not in load_dataset("synthetic:regression?n=50&d=4", intercept=False).info
+
+
+def test_synthetic_classification_separability():
+    sep = load_dataset("synthetic:classification?n=3000&d=5&sep=inf&classes=3", label_kind="multiclass")
+    noisy = load_dataset("synthetic:classification?n=3000&d=5&sep=0.1&classes=3", label_kind="multiclass")
+    assert sep.classes == 3 and set(np.unique(sep.y)) == {0.0, 1.0, 2.0}
+    from sklearn.linear_model import LogisticRegression
+
+    acc = [LogisticRegression(max_iter=2000).fit(d.X, d.y).score(d.X, d.y) for d in (sep, noisy)]
+    assert acc[0] > 0.97 and acc[1] < 0.7
+    binary = load_dataset("synthetic:classification?n=100&d=3", label_kind="binary")
+    assert set(np.unique(binary.y)) == {-1.0, 1.0} and binary.info["label_map"] == {"0": -1, "1": 1}
+
+
+# -- scikit-learn sets ------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, shape, classes", [
+    ("breast_cancer", (569, 31), 2), ("digits", (1797, 65), 10), ("wine", (178, 14), 3), ("iris", (150, 5), 3),
+])
+def test_sklearn_sets(name, shape, classes):
+    d = load_dataset(f"sklearn:{name}", label_kind="multiclass")
+    assert d.X.shape == shape and d.classes == classes
+    np.testing.assert_array_equal(np.unique(d.y), np.arange(classes))
+    np.testing.assert_allclose(d.X[:, -1], 1.0)
+    std = d.X[:, :-1].std(axis=0)
+    assert np.all((np.abs(std - 1) < 1e-9) | (std == 0))  # digits has constant pixels
+    np.testing.assert_allclose(d.X[:, :-1].mean(axis=0), 0, atol=1e-9)
+
+
+def test_label_kinds():
+    bc = load_dataset("sklearn:breast_cancer", label_kind="binary", standardize=False, intercept=False)
+    assert set(np.unique(bc.y)) == {-1.0, 1.0} and bc.X.shape == (569, 30)
+    with pytest.raises(ValueError, match=r"label_kind='binary' needs exactly 2 classes, the labels have 3: 0, 1, 2"):
+        load_dataset("sklearn:iris", label_kind="binary")
+    diabetes = load_dataset("sklearn:diabetes", label_kind="real")
+    assert diabetes.classes == 0 and diabetes.y.max() > 100
+    with pytest.raises(ValueError, match="needs class labels"):
+        load_dataset("synthetic:regression?n=20&d=2", label_kind="multiclass")
+
+
+def test_split_is_seeded_and_uses_train_statistics():
+    a = load_dataset("sklearn:wine", test_fraction=0.25, seed=7, label_kind="multiclass")
+    b = load_dataset("sklearn:wine", test_fraction=0.25, seed=7, label_kind="multiclass")
+    c = load_dataset("sklearn:wine", test_fraction=0.25, seed=8, label_kind="multiclass")
+    np.testing.assert_array_equal(a.X_test, b.X_test)
+    assert not np.array_equal(a.y_test, c.y_test) or not np.array_equal(a.X_test, c.X_test)
+    assert a.X.shape[0] + a.X_test.shape[0] == 178 and a.X_test.shape[0] == 44
+    np.testing.assert_allclose(a.X[:, :-1].mean(axis=0), 0, atol=1e-9)
+    assert np.abs(a.X_test[:, :-1].mean(axis=0)).max() > 1e-3
+    assert a.info["n_test"] == 44 and a.info["intercept"] and a.info["standardized"]
+    assert load_dataset("sklearn:wine").X_test is None
+
+
+# -- files ------------------------------------------------------------------------------------------
+def test_libsvm(tmp_path):
+    f = tmp_path / "a.svm"
+    f.write_text("# comment\n+1 1:0.5 3:2\n-1 2:1.5  # trailing\n\n+1 4:-1\n")
+    d = load_dataset(f"libsvm:{f}", standardize=False, intercept=False, label_kind="binary")
+    np.testing.assert_array_equal(d.X, [[0.5, 0, 2, 0], [0, 1.5, 0, 0], [0, 0, 0, -1]])
+    np.testing.assert_array_equal(d.y, [1, -1, 1])
+    assert load_dataset(f"libsvm:{f}?features=6", intercept=False).X.shape == (3, 6)
+    z = tmp_path / "z.svm"
+    z.write_text("1 0:1 2:3\n0 1:2\n")
+    np.testing.assert_array_equal(load_dataset(f"libsvm:{z}", standardize=False, intercept=False).X,
+                                  [[1, 0, 3], [0, 2, 0]])
+
+
+@pytest.mark.parametrize("content, pattern", [
+    ("1 1:0.5\n1 2:x\n", r"line 2: malformed feature '2:x' \(expected INDEX:VALUE"),
+    ("1 1:0.5\n-1 2-3\n", r"line 2: malformed feature '2-3'"),
+    ("1 1:0.5\n\nabc 1:1\n", r"line 3: label 'abc' is not a number"),
+    ("1 3:1 2:1\n", r"line 1: feature indices must increase, got 2 after 3"),
+    ("1 1:nan\n", r"line 1: feature 1 has the non-finite value 'nan'"),
+])
+def test_libsvm_errors_name_the_line(tmp_path, content, pattern):
+    f = tmp_path / "bad.svm"
+    f.write_text(content)
+    with pytest.raises(ValueError, match=pattern) as info:
+        load_dataset(f"libsvm:{f}")
+    assert str(f) in one_line(info)
+
+
+def test_csv(tmp_path):
+    f = tmp_path / "d.csv"
+    f.write_text("age,height,label\n1,2,0\n3,4,1\n5,6,1\n")
+    d = load_dataset(f"csv:{f}", standardize=False, intercept=False)
+    np.testing.assert_array_equal(d.X, [[1, 2], [3, 4], [5, 6]])
+    np.testing.assert_array_equal(d.y, [0, 1, 1])
+    assert d.info["feature_names"] == ["age", "height"] and d.classes == 2
+    first = load_dataset(f"csv:{f}?label=age", standardize=False, intercept=False)
+    np.testing.assert_array_equal(first.y, [1, 3, 5])
+    g = tmp_path / "noheader.csv"
+    g.write_text("0,1.5,2\n1,2.5,3\n")
+    np.testing.assert_array_equal(load_dataset(f"csv:{g}?label=first", intercept=False, standardize=False).X,
+                                  [[1.5, 2], [2.5, 3]])
+
+
+@pytest.mark.parametrize("content, pattern", [
+    ("a,b,y\n1,2,0\n3,,1\n", r"feature column 1 has a NaN/inf value at row 1 \(line 3\)"),
+    ("a,b,y\n1,nan,0\n", r"feature column 1 has a NaN/inf value at row 0 \(line 2\)"),
+    ("a,b,y\n1,2,0\n3,four,1\n", r"line 3, column 1 \('b'\): 'four' is not a number"),
+    ("a,b,y\n1,2,0\n3,4\n", r"line 3: 2 columns, expected 3"),
+    ("a,b,y\n1,2,\n", r"line 2: the label \(column 2\) is missing"),
+])
+def test_csv_errors_name_line_and_column(tmp_path, content, pattern):
+    f = tmp_path / "bad.csv"
+    f.write_text(content)
+    with pytest.raises(ValueError, match=pattern) as info:
+        load_dataset(f"csv:{f}")
+    assert str(f) in one_line(info)
+
+
+def test_npz_and_hdf5(tmp_path):
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(20, 3)), rng.integers(0, 2, 20)
+    np.savez(tmp_path / "d.npz", X=X, y=y)
+    with h5py.File(tmp_path / "d.h5", "w") as fh:
+        fh["X"], fh["y"] = X, y
+    for spec in (f"npz:{tmp_path / 'd.npz'}", f"hdf5:{tmp_path / 'd.h5'}"):
+        d = load_dataset(spec, standardize=False, intercept=False, label_kind="binary")
+        np.testing.assert_array_equal(d.X, X)
+        np.testing.assert_array_equal(d.y, 2.0 * y - 1)
+
+
+@pytest.mark.parametrize("arrays, pattern", [
+    ({"X": np.zeros((4, 2)), "y": np.zeros(3)}, r"dimension mismatch: X has 4 rows but y has 3 labels"),
+    ({"X": np.zeros(4), "y": np.zeros(4)}, r"dimension mismatch: X must be 2-d"),
+    ({"X": np.zeros((4, 2)), "y": np.zeros((4, 1))}, r"dimension mismatch: y must be 1-d"),
+    ({"X": np.array([[0.0, 1], [2, np.inf]]), "y": np.zeros(2)}, r"feature column 1 has a NaN/inf value at row 1"),
+    ({"X": np.zeros((2, 2)), "y": np.array([0.0, np.nan])}, r"label at row 1 is nan"),
+    ({"features": np.zeros((2, 2)), "y": np.zeros(2)}, r"must hold arrays 'X' and 'y', found: features, y"),
+])
+def test_array_file_errors(tmp_path, arrays, pattern):
+    f = tmp_path / "bad.npz"
+    np.savez(f, **arrays)
+    with pytest.raises(ValueError, match=pattern) as info:
+        load_dataset(f"npz:{f}")
+    assert str(f) in one_line(info)
+
+
+@pytest.mark.parametrize("spec, pattern", [
+    ("libsvm:/nonexistent/a.svm", r"libsvm file '/nonexistent/a.svm' does not exist"),
+    ("csv:/nonexistent/a.csv", r"csv file '/nonexistent/a.csv' does not exist"),
+    ("npz:/nonexistent/a.npz", r"npz file '/nonexistent/a.npz' does not exist"),
+    ("hdf5:/nonexistent/a.h5", r"hdf5 file '/nonexistent/a.h5' does not exist"),
+    ("kaggle:titanic", r"unknown data source 'kaggle'.*known sources: synthetic, sklearn, libsvm, csv, npz, hdf5"),
+    ("sklearn:mnist", r"unknown scikit-learn data set 'mnist'.*known: breast_cancer, diabetes, digits, iris, wine"),
+    ("synthetic:images", r"unknown synthetic kind 'images'.*known: regression, classification"),
+    ("synthetic:regression?n=10&size=3", r"unknown option\(s\) size; allowed: n, d, cond, noise"),
+    ("synthetic:regression?cond=0.5", r"option cond='0.5' must be a number >= 1"),
+    ("synthetic:classification?classes=two", r"option classes='two' must be an integer >= 2"),
+    ("breast_cancer", r"must look like SOURCE:NAME_OR_PATH"),
+])
+def test_bad_specs(spec, pattern):
+    with pytest.raises(ValueError, match=pattern) as info:
+        load_dataset(spec)
+    one_line(info)
+
+
+def test_bad_load_options():
+    with pytest.raises(ValueError, match="label_kind must be one of binary, multiclass, real"):
+        load_dataset("sklearn:iris", label_kind="ordinal")
+    with pytest.raises(ValueError, match=r"test_fraction must be a number in \[0, 1\)"):
+        load_dataset("sklearn:iris", test_fraction=1.5)
+
+
+# -- partition --------------------------------------------------------------------------------------
+def test_partition_schemes():
+    y = np.repeat([0.0, 1.0, 2.0], 10)
+    shards, dropped = partition(y, 3)
+    np.testing.assert_array_equal(shards, np.arange(30).reshape(3, 10))
+    assert dropped == 0 and shards.dtype == np.int64
+    shuffled, _ = partition(y, 3, "shuffled", seed=1)
+    assert sorted(shuffled.ravel()) == list(range(30)) and not np.array_equal(shuffled, shards)
+    np.testing.assert_array_equal(shuffled, partition(y, 3, "shuffled", seed=1)[0])
+
+
+def test_partition_remainder_is_never_silent():
+    y = np.zeros(10)
+    shards, dropped = partition(y, 3)
+    assert shards.shape == (3, 3) and dropped == 1
+    np.testing.assert_array_equal(shards.ravel(), np.arange(9))
+    with pytest.raises(ValueError, match=r"10 examples do not split evenly over 3 workers \(10 mod 3 = 1\)"):
+        partition(y, 3, remainder="error")
+
+
+def test_dirichlet_skew_grows_as_alpha_shrinks():
+    y = np.repeat(np.arange(5.0), 200)
+
+    def skew(alpha):  # mean share of a worker's most frequent class
+        shares = []
+        for seed in range(3):
+            shards, _ = partition(y, 10, "dirichlet", alpha=alpha, seed=seed)
+            assert shards.shape == (10, 100) and len(np.unique(shards)) == 1000
+            shares += [np.bincount(y[s].astype(int), minlength=5).max() / 100 for s in shards]
+        return np.mean(shares)
+
+    s = [skew(a) for a in (100.0, 1.0, 0.05)]
+    assert s[0] < 0.35 < s[1] < s[2] and s[2] > 0.6
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    ({"workers": 0}, r"workers must be an integer in 1..6"),
+    ({"workers": 7}, r"workers must be an integer in 1..6"),
+    ({"workers": 2, "scheme": "iid"}, r"unknown scheme 'iid'; known: contiguous, shuffled, dirichlet"),
+    ({"workers": 2, "remainder": "pad"}, r"remainder must be one of drop, error"),
+    ({"workers": 2, "scheme": "dirichlet", "alpha": 0.0}, r"alpha must be a finite number > 0"),
+])
+def test_partition_bad_arguments(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        partition(np.arange(6.0) % 2, **kwargs)
+    with pytest.raises(ValueError, match="needs discrete class labels"):
+        partition(np.linspace(0, 1, 6), 2, "dirichlet")
+
+
+@settings(max_examples=40, deadline=None)
+@given(N=st.integers(1, 60), m=st.integers(1, 8), scheme=st.sampled_from(["contiguous", "shuffled", "dirichlet"]),
+       classes=st.integers(1, 4), seed=st.integers(0, 3))
+def test_partition_properties(N, m, scheme, classes, seed):
+    if m > N:
+        return
+    y = (np.arange(N) % classes).astype(np.float64)
+    shards, dropped = partition(y, m, scheme, alpha=0.3, seed=seed)
+    assert shards.shape == (m, N // m) and dropped == N % m
+    flat = shards.ravel()
+    assert len(np.unique(flat)) == flat.size and flat.min(initial=0) >= 0 and flat.max(initial=0) < N
