@@ -1,0 +1,147 @@
+"""Theory constants: the solver against scikit-learn and planted solutions, the definitions of
+sigma*^2 and zeta*^2, the smoothness bounds, and a cache that never breaks a run."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import ordersim.constants as constants
+from ordersim.constants import problem_constants
+from ordersim.data import load_dataset, partition
+from problems import make_problem
+
+KEYS = {"x_star", "f_star", "L", "L_max", "mu", "sigma2_star", "zeta2_star"}
+
+
+def test_logistic_f_star_matches_scikit_learn():
+    from sklearn.linear_model import LogisticRegression
+
+    data = load_dataset("sklearn:breast_cancer", label_kind="binary")  # standardized, intercept column
+    lam = 1e-3
+    problem = make_problem("logistic", data.features, data.classes, lam=lam)
+    shards, dropped = partition(data.y, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c = problem_constants(problem, data, shards, cache_dir=False)
+    assert set(c) == KEYS and dropped == 0
+    N = data.X.shape[0]
+    clf = LogisticRegression(C=1 / (lam * N), fit_intercept=False, solver="newton-cg", tol=1e-12, max_iter=1000)
+    clf.fit(data.X, data.y)
+    f_sklearn = problem.full_loss(clf.coef_.ravel(), data.X, data.y, np.arange(N), problem.params)
+    assert abs(f_sklearn - c["f_star"]) <= 1e-8 * abs(c["f_star"])
+    g = np.empty(problem.dim)
+    problem.full_grad(c["x_star"], data.X, data.y, np.arange(N), problem.params, g)
+    g0 = np.empty(problem.dim)
+    problem.full_grad(np.zeros(problem.dim), data.X, data.y, np.arange(N), problem.params, g0)
+    assert np.linalg.norm(g) <= 1e-10 * np.linalg.norm(g0)
+    assert c["mu"] == lam
+    assert c["L"] == pytest.approx(np.linalg.norm(data.X, 2) ** 2 / (4 * N) + lam)
+    assert c["L_max"] == pytest.approx(np.max(np.sum(data.X**2, axis=1)) / 4 + lam)
+    assert c["zeta2_star"] < 1e-20  # one worker: F_1 = f
+
+
+def test_planted_solution_recovery_least_squares():
+    data = load_dataset("synthetic:regression?n=600&d=8&cond=50&noise=0", seed=2)
+    problem = make_problem("least-squares", data.features, lam=1e-12)
+    shards, _ = partition(data.y, 4, "shuffled")
+    c = problem_constants(problem, data, shards, cache_dir=False)
+    np.testing.assert_allclose(c["x_star"], data.info["x_planted"], atol=1e-8)
+    assert c["f_star"] < 1e-10 and c["sigma2_star"] < 1e-10  # only the 1e-12 ridge term is left
+    A = data.X[shards.ravel()]
+    eig = np.linalg.eigvalsh(A.T @ A / A.shape[0])
+    assert c["L"] == pytest.approx(eig[-1] + 1e-12) and c["mu"] == pytest.approx(eig[0] + 1e-12)
+    noisy = load_dataset("synthetic:regression?n=4000&d=8&cond=10&noise=0.1", seed=2)
+    c = problem_constants(make_problem("least-squares", noisy.features, lam=0.0), noisy, partition(noisy.y, 1)[0],
+                          cache_dir=False)
+    assert np.linalg.norm(c["x_star"] - noisy.info["x_planted"]) < 0.05
+    assert c["f_star"] == pytest.approx(0.5 * 0.1**2, rel=0.1)
+
+
+def test_sigma_and_zeta_follow_their_definitions():
+    data = load_dataset("synthetic:classification?n=303&d=4&classes=3&sep=1", label_kind="multiclass", seed=1)
+    problem = make_problem("softmax", data.features, data.classes, lam=1e-2)
+    shards, dropped = partition(data.y, 4, "dirichlet", alpha=0.5, seed=1)
+    assert dropped == 3
+    c = problem_constants(problem, data, shards, cache_dir=False)
+    x = c["x_star"]
+    idx = shards.ravel()
+    out = np.empty((idx.size, problem.dim))
+    problem.batch_grads(x, data.X, data.y, idx, problem.params, out)
+    assert c["sigma2_star"] == pytest.approx(np.mean(np.sum(out**2, axis=1)), rel=1e-12)
+    means = out.reshape(4, -1, problem.dim).mean(axis=1)
+    assert c["zeta2_star"] == pytest.approx(np.mean(np.sum(means**2, axis=1)), rel=1e-9)
+    np.testing.assert_allclose(means.mean(axis=0), 0, atol=1e-12)  # x* of the kept examples
+    # mu <= every Hessian eigenvalue at x* <= L
+    H = np.column_stack([problem.hessp(x, e, data.X[idx], data.y[idx]) for e in np.eye(problem.dim)])
+    eig = np.linalg.eigvalsh((H + H.T) / 2)
+    assert c["mu"] <= eig[0] * (1 + 1e-9) and eig[-1] <= c["L"]
+
+
+def test_zeta_grows_with_label_skew():
+    data = load_dataset("synthetic:classification?n=800&d=6&classes=4&sep=1", label_kind="multiclass")
+    problem = make_problem("softmax", data.features, data.classes, lam=1e-3)
+    zeta = []
+    for alpha in (100.0, 1.0, 0.1):
+        values = [problem_constants(problem, data, partition(data.y, 8, "dirichlet", alpha=alpha, seed=s)[0],
+                                    cache_dir=False)["zeta2_star"] for s in range(3)]
+        zeta.append(np.mean(values))
+    assert zeta[0] < zeta[1] < zeta[2]
+    assert zeta[2] > 3 * zeta[0]
+
+
+def test_nonconvex_problems_have_no_x_star():
+    data = load_dataset("sklearn:iris", label_kind="multiclass")
+    shards, _ = partition(data.y, 3)
+    c = problem_constants(make_problem("mlp", data.features, data.classes, width=4), data, shards, cache_dir=False)
+    assert set(c) == KEYS and c["x_star"] is None
+    assert all(np.isnan(c[k]) for k in KEYS - {"x_star"})
+    binary = load_dataset("sklearn:breast_cancer", label_kind="binary")
+    c = problem_constants(make_problem("nonconvex-logistic", binary.features, 2, lam=0.1), binary,
+                          partition(binary.y, 2)[0], cache_dir=False)
+    assert c["x_star"] is None and np.isnan(c["f_star"]) and np.isnan(c["mu"])
+    assert c["L"] == pytest.approx(np.linalg.norm(binary.X[:568], 2) ** 2 / (4 * 568) + 0.2)
+
+
+def test_cache_roundtrip_env_and_failures(tmp_path, monkeypatch):
+    data = load_dataset("synthetic:regression?n=40&d=3")
+    problem = make_problem("least-squares", data.features)
+    shards, _ = partition(data.y, 2)
+    monkeypatch.setenv("ORDERSIM_CACHE", str(tmp_path / "env"))
+    first = problem_constants(problem, data, shards)
+    files = list((tmp_path / "env").glob("constants-least-squares-*.npz"))
+    assert len(files) == 1
+
+    def boom(*args):
+        raise AssertionError("recomputed although cached")
+
+    monkeypatch.setattr(constants, "compute_constants", boom)
+    again = problem_constants(problem, data, shards)
+    np.testing.assert_array_equal(again["x_star"], first["x_star"])
+    assert {k: again[k] for k in KEYS - {"x_star"}} == {k: first[k] for k in KEYS - {"x_star"}}
+    monkeypatch.undo()
+
+    # a different partition or option is a different key
+    other = problem_constants(make_problem("least-squares", data.features, lam=0.5), data, shards, cache_dir=tmp_path)
+    assert other["f_star"] != first["f_star"]
+    # a corrupt file warns and recomputes; an unusable directory warns and still returns
+    files[0].write_bytes(b"not an npz")
+    with pytest.warns(RuntimeWarning, match="unreadable constants cache"):
+        c = problem_constants(problem, data, shards, cache_dir=tmp_path / "env")
+    assert c["f_star"] == pytest.approx(first["f_star"], rel=1e-12)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.warns(RuntimeWarning, match="could not write the constants cache"):
+        c = problem_constants(problem, data, shards, cache_dir=blocker)
+    assert c["f_star"] == pytest.approx(first["f_star"], rel=1e-12)
+
+
+def test_bad_inputs():
+    data = load_dataset("sklearn:iris", label_kind="multiclass")
+    shards, _ = partition(data.y, 3)
+    with pytest.raises(ValueError, match=r"logistic: label 0.0 at row 0 is outside the allowed labels"):
+        problem_constants(make_problem("logistic", data.features, 2), data, shards, cache_dir=False)
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        problem_constants(make_problem("softmax", 3, 3), data, shards, cache_dir=False)
+    with pytest.raises(ValueError, match=r"shards hold example indices outside 0..149"):
+        problem_constants(make_problem("softmax", data.features, 3), data, shards + 100, cache_dir=False)
