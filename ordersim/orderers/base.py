@@ -145,6 +145,11 @@ class Orderer:
             )
         b = grads.shape[1]
         left = self.examples - self.observed
+        if left == 0:
+            raise ValueError(
+                f"{self.name}: observe() after all {self.examples} examples of the epoch were observed; "
+                f"call end_epoch() first"
+            )
         if b < 1 or b > left:
             raise ValueError(
                 f"{self.name}: observe() got {b} examples per row but the epoch has {left} of "

@@ -1,0 +1,295 @@
+"""Plain-NumPy reference implementations of every orderer, written from
+/work/shared/docs/algorithms.md ("Sign choice", "Reorder", "The orderers", "Odd counts",
+"First epoch"), not from the Numba kernels. Slow and simple on purpose: the conformance suite in
+tests/test_orderers.py compares every registered orderer with its entry in ``REFERENCES``.
+
+Every reference has the signature
+
+    reference(m, n, d, seed, grads_per_epoch, *, first_worker=0, sign="deterministic",
+              walk_c=None, tie="plus", first_order="random", stats=None) -> list[np.ndarray]
+
+``grads_per_epoch[e]`` is a float64 array (m, n, d) indexed by LOCAL EXAMPLE ID: the gradient of
+worker i's example j in epoch e is ``grads_per_epoch[e][i, j]``, whatever the order (the orderers
+that ignore gradients only use ``len(grads_per_epoch)`` and accept ``None`` entries). The result
+holds len(grads_per_epoch) + 1 int64 (m, n) arrays: the order of every epoch, and last the order
+that the epoch after the last one would use. If ``stats`` is a list, the balancing references
+append one dict per epoch: ``walk_failures`` (int array (m,)) and ``discrepancy`` (max_k
+||s_k||_inf over the epoch, the largest over independent running sums).
+
+Floating point: running sums are accumulated in visit order (s += eps * v) and GraB's stale mean is
+the sum of the epoch's gradients accumulated example by example in visit order, then divided by n,
+so the references take the same sign decisions as any implementation that does the same.
+"""
+
+import math
+
+import numpy as np
+
+from ordersim.streams import stream
+
+WALK_DELTA = 0.01  # the project's delta in the walk's default c = 30 log(N d / delta)
+
+
+# -- the pieces of the spec ---------------------------------------------------------------------------
+def first_orders(m, n, seed, first_worker, first_order):
+    """First epoch: a random permutation per worker (stream "order", epoch 0) or the identity."""
+    if first_order == "identity":
+        return np.tile(np.arange(n, dtype=np.int64), (m, 1))
+    return np.stack([stream(seed, "order", first_worker + i, 0).permutation(n) for i in range(m)]).astype(np.int64)
+
+
+def default_walk_c(total_examples, d):
+    return 30.0 * math.log(total_examples * d / WALK_DELTA)
+
+
+class SignRule:
+    """Sign choice: deterministic (eps = +1 iff <s,v> <= 0, or < 0 with tie="minus") or the
+    self-balancing walk (eps = +1 with probability 1/2 - <s,v>/(2c), clipped), whose uniforms for
+    row i in epoch e are stream(seed, "walk", first_worker + i, e).random(n), the k-th decision of
+    the row in the epoch using the k-th uniform."""
+
+    def __init__(self, m, n, d, seed, first_worker, sign, walk_c, tie):
+        if sign not in ("deterministic", "walk") or tie not in ("plus", "minus"):
+            raise ValueError(f"bad sign {sign!r} or tie {tie!r}")
+        self.m, self.n, self.seed, self.first_worker = m, n, seed, first_worker
+        self.sign, self.tie = sign, tie
+        self.c = default_walk_c(m * n, d) if walk_c is None else float(walk_c)
+        self.failures = np.zeros(m, dtype=np.int64)
+
+    def start_epoch(self, epoch):
+        self.failures = np.zeros(self.m, dtype=np.int64)
+        if self.sign == "walk":
+            self.u = [stream(self.seed, "walk", self.first_worker + i, epoch).random(self.n) for i in range(self.m)]
+
+    def __call__(self, s, v, row, k):
+        """The sign of v against the running sum s: the k-th decision of ``row`` in this epoch."""
+        dot = float(np.dot(s, v))
+        if self.sign == "deterministic":
+            if self.tie == "plus":
+                return 1 if dot <= 0.0 else -1
+            return 1 if dot < 0.0 else -1
+        if abs(dot) > self.c:
+            self.failures[row] += 1
+        probability = 0.5 - dot / (2.0 * self.c)  # clipping to [0, 1] changes nothing for u in [0, 1)
+        return 1 if self.u[row][k] < probability else -1
+
+
+def herding_reorder(visit_order, signs):
+    """Reorder: the +1 examples in arrival order, then the -1 examples in reverse arrival order,
+    written with the two pointers of the spec (+1 to slot left, -1 to slot right)."""
+    n = len(visit_order)
+    new = np.full(n, -1, dtype=np.int64)
+    left, right = 0, n - 1
+    for example, eps in zip(visit_order, signs):
+        if eps > 0:
+            new[left] = example
+            left += 1
+        else:
+            new[right] = example
+            right -= 1
+    return new
+
+
+def herding(vectors, order, norm=np.inf):
+    """max_k || sum_{t<=k} (z_{order(t)} - mean z) || in the given norm (np.inf or 2)."""
+    z = np.asarray(vectors, dtype=np.float64)
+    z = z - z.mean(axis=0)
+    prefix = np.cumsum(z[np.asarray(order)], axis=0)
+    return float(np.max(np.linalg.norm(prefix, ord=norm, axis=1)))
+
+
+def _options(first_worker=0, sign="deterministic", walk_c=None, tie="plus", first_order="random"):
+    return dict(first_worker=first_worker, sign=sign, walk_c=walk_c, tie=tie, first_order=first_order)
+
+
+# -- orderers that ignore gradients -----------------------------------------------------------------
+def rr(m, n, d, seed, grads_per_epoch, stats=None, **options):
+    """Random reshuffling: epoch e >= 1 uses stream(seed, "order", worker, e).permutation(n)."""
+    o = _options(**options)
+    orders = [first_orders(m, n, seed, o["first_worker"], o["first_order"])]
+    for epoch in range(1, len(grads_per_epoch) + 1):
+        orders.append(np.stack([stream(seed, "order", o["first_worker"] + i, epoch).permutation(n)
+                                for i in range(m)]).astype(np.int64))
+    return orders
+
+
+def so(m, n, d, seed, grads_per_epoch, stats=None, **options):
+    """Shuffle once: the first order, every epoch."""
+    o = _options(**options)
+    first = first_orders(m, n, seed, o["first_worker"], o["first_order"])
+    return [first.copy() for _ in range(len(grads_per_epoch) + 1)]
+
+
+def flipflop(m, n, d, seed, grads_per_epoch, stats=None, **options):
+    """A new random permutation (the rr stream) on even epochs, the previous order reversed on odd."""
+    o = _options(**options)
+    orders = [first_orders(m, n, seed, o["first_worker"], o["first_order"])]
+    for epoch in range(1, len(grads_per_epoch) + 1):
+        if epoch % 2 == 1:
+            orders.append(orders[-1][:, ::-1].copy())
+        else:
+            orders.append(rr(m, n, d, seed, [None] * epoch, **options)[epoch])
+    return orders
+
+
+def wr(m, n, d, seed, grads_per_epoch, stats=None, **options):
+    """With replacement: epoch e draws stream(seed, "order", worker, e).integers(0, n, n)
+    (epoch 0 too, unless first_order="identity")."""
+    o = _options(**options)
+    orders = []
+    for epoch in range(len(grads_per_epoch) + 1):
+        if epoch == 0 and o["first_order"] == "identity":
+            orders.append(first_orders(m, n, seed, 0, "identity"))
+            continue
+        orders.append(np.stack([stream(seed, "order", o["first_worker"] + i, epoch).integers(0, n, n)
+                                for i in range(m)]).astype(np.int64))
+    return orders
+
+
+# -- GraB's mean balance ------------------------------------------------------------------------------
+def d_grab(m, n, d, seed, grads_per_epoch, stats=None, **options):
+    """ID-GraB (Bal): every worker on its own balances v = g - (mean of its previous epoch's raw
+    gradients; zero in the first epoch) against its own running sum, then the herding reorder."""
+    o = _options(**options)
+    rule = SignRule(m, n, d, seed, o["first_worker"], o["sign"], o["walk_c"], o["tie"])
+    orders = [first_orders(m, n, seed, o["first_worker"], o["first_order"])]
+    stale_mean = np.zeros((m, d))
+    for epoch, grads in enumerate(grads_per_epoch):
+        rule.start_epoch(epoch)
+        order = orders[-1]
+        new = np.empty((m, n), dtype=np.int64)
+        peak = 0.0
+        for i in range(m):
+            s = np.zeros(d)
+            grad_sum = np.zeros(d)
+            signs = []
+            for t in range(n):
+                g = grads[i, order[i, t]]
+                v = g - stale_mean[i]
+                eps = rule(s, v, i, t)
+                s += eps * v
+                grad_sum += g
+                peak = max(peak, float(np.max(np.abs(s))))
+                signs.append(eps)
+            new[i] = herding_reorder(order[i], signs)
+            stale_mean[i] = grad_sum / n
+        orders.append(new)
+        if stats is not None:
+            stats.append({"walk_failures": rule.failures.copy(), "discrepancy": peak})
+    return orders
+
+
+def grab(m, n, d, seed, grads_per_epoch, stats=None, **options):
+    """Centralized GraB: defined for one worker only."""
+    if m != 1:
+        raise ValueError("grab is defined for m = 1")
+    return d_grab(m, n, d, seed, grads_per_epoch, stats=stats, **options)
+
+
+# -- PairBalance ------------------------------------------------------------------------------------
+def _pair_balance(m, n, d, seed, grads_per_epoch, coordinated, stats, options):
+    """PairBalance. Pair k is visit positions (2k, 2k+1), v = g_first - g_second. Independent: every
+    worker has its own running sum. Coordinated (CD-GraB): one sum shared by all workers, and for
+    each pair index k the workers 0..m-1 take their turns in order. eps = +1 puts the first example at
+    the row's slot k (left) and the second at slot n-1-k (right); eps = -1 the other way round.
+    With n odd the last visited example takes the middle slot (n-1)/2."""
+    o = _options(**options)
+    rule = SignRule(m, n, d, seed, o["first_worker"], o["sign"], o["walk_c"], o["tie"])
+    orders = [first_orders(m, n, seed, o["first_worker"], o["first_order"])]
+    for epoch, grads in enumerate(grads_per_epoch):
+        rule.start_epoch(epoch)
+        order = orders[-1]
+        new = np.full((m, n), -1, dtype=np.int64)
+        sums = np.zeros((1 if coordinated else m, d))
+        peak = 0.0
+        for k in range(n // 2):  # pair index: outer loop
+            left, right = k, n - 1 - k
+            for i in range(m):  # workers: inner loop
+                first, second = order[i, 2 * k], order[i, 2 * k + 1]
+                v = grads[i, first] - grads[i, second]
+                s = sums[0 if coordinated else i]
+                eps = rule(s, v, i, k)
+                s += eps * v
+                peak = max(peak, float(np.max(np.abs(s))))
+                if eps > 0:
+                    new[i, left], new[i, right] = first, second
+                else:
+                    new[i, left], new[i, right] = second, first
+        if n % 2 == 1:
+            new[:, n // 2] = order[:, n - 1]
+        orders.append(new)
+        if stats is not None:
+            stats.append({"walk_failures": rule.failures.copy(), "discrepancy": peak})
+    return orders
+
+
+def d_grab_pair(m, n, d, seed, grads_per_epoch, stats=None, **options):
+    return _pair_balance(m, n, d, seed, grads_per_epoch, False, stats, options)
+
+
+def cd_grab(m, n, d, seed, grads_per_epoch, stats=None, **options):
+    return _pair_balance(m, n, d, seed, grads_per_epoch, True, stats, options)
+
+
+def pair_grab(m, n, d, seed, grads_per_epoch, stats=None, **options):
+    """Centralized PairBalance: defined for one worker only."""
+    if m != 1:
+        raise ValueError("pair-grab is defined for m = 1")
+    return _pair_balance(m, n, d, seed, grads_per_epoch, False, stats, options)
+
+
+# -- greedy herding ----------------------------------------------------------------------------------
+def greedy(m, n, d, seed, grads_per_epoch, stats=None, **options):
+    """Offline herding per worker: center the epoch's n gradients on their mean, then repeatedly take
+    the unused example j minimizing ||s + z_j||_2 (ties: the smallest j), s += z_j."""
+    o = _options(**options)
+    orders = [first_orders(m, n, seed, o["first_worker"], o["first_order"])]
+    for grads in grads_per_epoch:
+        new = np.empty((m, n), dtype=np.int64)
+        for i in range(m):
+            z = grads[i] - grads[i].mean(axis=0)
+            s = np.zeros(d)
+            unused = list(range(n))
+            for slot in range(n):
+                norms = [np.linalg.norm(s + z[j]) for j in unused]
+                j = unused.pop(int(np.argmin(norms)))
+                new[i, slot] = j
+                s += z[j]
+        orders.append(new)
+    return orders
+
+
+REFERENCES = {
+    "rr": rr,
+    "so": so,
+    "flipflop": flipflop,
+    "wr": wr,
+    "grab": grab,
+    "d-grab": d_grab,
+    "pair-grab": pair_grab,
+    "d-grab-pair": d_grab_pair,
+    "cd-grab": cd_grab,
+    "greedy": greedy,
+}
+
+
+# -- driving a real orderer ---------------------------------------------------------------------------
+def drive(orderer, grads_per_epoch, b, stats=None):
+    """Run ``orderer`` over the epochs of ``grads_per_epoch`` (each (m, n, d), by local example id),
+    feeding it every row's gradients in visit order, b examples per step (the last step may be
+    shorter). Returns the orders like a reference does. If ``stats`` is a list, appends per epoch
+    the orderer's walk_failures and balance_discrepancy (when it has them)."""
+    n = orderer.examples
+    orders = []
+    for grads in grads_per_epoch:
+        order = orderer.begin_epoch()
+        orders.append(order)
+        for start in range(0, n, b):
+            idx = order[:, start:start + b]
+            orderer.observe(np.ascontiguousarray(np.take_along_axis(grads, idx[:, :, None], axis=1)))
+        orderer.end_epoch()
+        if stats is not None and hasattr(orderer, "walk_failures"):
+            stats.append({"walk_failures": orderer.walk_failures.copy(),
+                          "discrepancy": orderer.balance_discrepancy})
+    orders.append(orderer.order.copy())
+    return orders

@@ -1,0 +1,471 @@
+"""Conformance suite for every registered orderer against its plain-NumPy reference.
+
+The references in tests/reference/orderers.py are written from ../shared/docs/algorithms.md; every
+orderer that ``available_orderers()`` lists must have one (adding an orderer means adding its
+reference), and must produce exactly the same orders over several epochs, for many shapes, step
+sizes and options. The rest checks the properties the spec states: permutations, the m = 1
+equivalences, rank invariance, the reorder lemma, the in-place-buffer pitfall, argument
+validation, O(m d + m n) memory, determinism and the self-balancing walk.
+"""
+
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from ordersim.orderers import available_orderers, make_orderer, orderer_class
+from reference.orderers import REFERENCES, drive, herding, herding_reorder
+
+ROOT = Path(__file__).resolve().parents[1]
+ORDERERS = sorted(available_orderers())
+EPOCHS = 4
+# Orders that are not permutations by design.
+NOT_PERMUTATIONS = {"wr"}
+
+
+def is_centralized(name):
+    return bool(orderer_class(name).centralized_alternatives)
+
+
+def is_coordinated(name):
+    return bool(getattr(orderer_class(name), "coordinated", False))
+
+
+def is_balancing(name):
+    """Orderers that choose signs (and so take sign/walk_c/tie and count walk failures)."""
+    return hasattr(make_orderer(name, 1, 2, 1), "walk_failures")
+
+
+def gradients(m, n, d, seed, epochs=EPOCHS, kind="normal"):
+    """Per-epoch gradients (m, n, d) by local example id. "int": values in {-1, 0, 1}, so that
+    pairs with equal gradients and exact ties <s, v> = 0 happen often (tie="plus" vs "minus")."""
+    rng = np.random.default_rng([seed, m, n, d])
+    if kind == "int":
+        return [rng.integers(-1, 2, (m, n, d)).astype(np.float64) for _ in range(epochs)]
+    return [rng.standard_normal((m, n, d)) for _ in range(epochs)]
+
+
+def assert_same_orders(got, want, context=""):
+    assert len(got) == len(want)
+    for epoch, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == np.int64 and g.shape == w.shape, f"{context} epoch {epoch}: {g.dtype} {g.shape}"
+        assert np.array_equal(g, w), f"{context}: orders differ in epoch {epoch}\nkernel:\n{g}\nreference:\n{w}"
+
+
+def assert_valid_orders(name, orders, n):
+    for epoch, order in enumerate(orders):
+        if name in NOT_PERMUTATIONS:
+            assert order.min() >= 0 and order.max() < n, f"{name} epoch {epoch}: draws outside 0..{n - 1}"
+        else:
+            assert np.array_equal(np.sort(order, axis=1), np.broadcast_to(np.arange(n), order.shape)), (
+                f"{name} epoch {epoch}: a row is not a permutation of 0..{n - 1}:\n{order}")
+
+
+# -- conformance against the references ----------------------------------------------------------
+# (m, n, d, b): n = 1 and 2, n even and odd, b = 1, odd, even, b = n, b not dividing n, d up to 512.
+SHAPES = [
+    (1, 1, 3, 1),
+    (1, 2, 1, 1),
+    (1, 7, 1, 1),
+    (1, 12, 3, 5),
+    (1, 10, 512, 4),
+    (1, 9, 6, 9),
+    (2, 9, 4, 2),
+    (2, 20, 512, 6),
+    (2, 15, 7, 7),
+    (3, 16, 8, 3),
+    (3, 13, 64, 13),
+    (8, 11, 2, 4),
+    (8, 6, 16, 1),
+]
+OPTION_SETS = {
+    "det-plus-random": {},
+    "det-minus-identity": {"tie": "minus", "first_order": "identity"},
+    "walk-default-c": {"sign": "walk", "seed": 11},
+    "walk-small-c-minus-identity": {"sign": "walk", "walk_c": 2.0, "tie": "minus", "first_order": "identity"},
+    "walk-tiny-c-first-worker": {"sign": "walk", "walk_c": 0.3, "first_worker": 3, "seed": 5},
+    "det-plus-first-worker": {"first_worker": 2, "seed": 123},
+}
+
+
+def _cases():
+    for name, shape, (label, options) in itertools.product(ORDERERS, SHAPES, OPTION_SETS.items()):
+        m, n, d, b = shape
+        if is_centralized(name) and m > 1:
+            continue
+        kinds = ["normal"]
+        # Exact ties: small integer data. Not for greedy, whose ||s + z_j|| has exact ties between
+        # different examples that rounding breaks in an arbitrary (spec-free) way.
+        if d <= 8 and name != "greedy" and label.startswith("det"):
+            kinds.append("int")
+        for kind in kinds:
+            yield pytest.param(name, shape, options, kind, id=f"{name}-m{m}n{n}d{d}b{b}-{label}-{kind}")
+
+
+def test_every_registered_orderer_has_a_reference():
+    missing = sorted(set(ORDERERS) - set(REFERENCES))
+    assert not missing, f"no reference in tests/reference/orderers.py for: {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("name,shape,options,kind", list(_cases()))
+def test_matches_reference(name, shape, options, kind):
+    assert name in REFERENCES, f"{name} has no reference in tests/reference/orderers.py"
+    m, n, d, b = shape
+    options = dict(options)
+    seed = options.pop("seed", 0)
+    grads = gradients(m, n, d, seed, kind=kind)
+    got_stats, want_stats = [], []
+    got = drive(make_orderer(name, m, n, d, seed=seed, **options), grads, b, stats=got_stats)
+    want = REFERENCES[name](m, n, d, seed, grads, stats=want_stats, **options)
+    assert_same_orders(got, want, f"{name} m={m} n={n} d={d} b={b} {options} {kind}")
+    assert_valid_orders(name, got, n)
+    if is_balancing(name):
+        assert len(got_stats) == len(want_stats) == EPOCHS
+        for epoch, (g, w) in enumerate(zip(got_stats, want_stats)):
+            assert np.array_equal(g["walk_failures"], w["walk_failures"]), f"epoch {epoch}: walk failures"
+            assert np.isclose(g["discrepancy"], w["discrepancy"], rtol=1e-12, atol=0), f"epoch {epoch}"
+
+
+@pytest.mark.parametrize("name", ORDERERS)
+def test_orders_are_permutations_every_epoch(name):
+    m = 1 if is_centralized(name) else 3
+    for n, b in ((17, 4), (8, 1)):
+        for first_order in ("random", "identity"):
+            grads = gradients(m, n, 5, seed=n, epochs=7)
+            orders = drive(make_orderer(name, m, n, 5, seed=1, first_order=first_order), grads, b)
+            assert len(orders) == 8
+            assert_valid_orders(name, orders, n)
+
+
+# -- equivalences ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", [n for n in ORDERERS if is_centralized(n)])
+def test_centralized_orderers_refuse_several_workers(name):
+    for m in (2, 3, 8):
+        with pytest.raises(ValueError, match=r"d-grab") as info:
+            make_orderer(name, workers=m, examples=10, dim=3)
+        assert "cd-grab" in str(info.value) and f"workers={m}" in str(info.value)
+
+
+@pytest.mark.parametrize("n,b", [(10, 1), (11, 3), (12, 4), (9, 9)])
+@pytest.mark.parametrize("options", [{}, {"tie": "minus"}, {"sign": "walk", "walk_c": 1.5}])
+def test_one_worker_equivalences(n, b, options):
+    """cd-grab with m = 1 is pair-grab; grab is d-grab with m = 1."""
+    for kind in ("normal", "int"):
+        grads = gradients(1, n, 6, seed=b, epochs=EPOCHS, kind=kind)
+        for a, c in (("cd-grab", "pair-grab"), ("grab", "d-grab")):
+            got = drive(make_orderer(a, 1, n, 6, seed=4, **options), grads, b)
+            want = drive(make_orderer(c, 1, n, 6, seed=4, **options), grads, b)
+            assert_same_orders(got, want, f"{a} vs {c}")
+
+
+@pytest.mark.parametrize("name", [n for n in ORDERERS if not is_centralized(n) and not is_coordinated(n)])
+@pytest.mark.parametrize("options", [{}, {"sign": "walk", "walk_c": 3.0, "first_order": "identity"}])
+def test_worker_slice_is_rows_of_the_full_orderer(name, options):
+    """Rank invariance: workers 2..3 built on their own (first_worker=2) get exactly rows 2..3 of the
+    m = 4 orderer. (walk_c is given explicitly: its default depends on the workers passed.)"""
+    n, d, b = 13, 6, 3
+    grads = gradients(4, n, d, seed=9)
+    full = drive(make_orderer(name, 4, n, d, seed=8, **options), grads, b)
+    part = drive(make_orderer(name, 2, n, d, seed=8, first_worker=2, **options), [g[2:4] for g in grads], b)
+    assert_same_orders(part, [order[2:4] for order in full], f"{name} workers 2..3")
+
+
+def test_cd_grab_rows_depend_on_the_other_workers():
+    """The converse for the coordinated orderer: its rows are not those of an independent slice."""
+    n, d = 16, 4
+    grads = gradients(4, n, d, seed=3)
+    full = drive(make_orderer("cd-grab", 4, n, d, seed=8), grads, 1)
+    part = drive(make_orderer("cd-grab", 2, n, d, seed=8, first_worker=2), [g[2:4] for g in grads], 1)
+    assert np.array_equal(full[0][2:4], part[0])  # the same first orders
+    assert any(not np.array_equal(f[2:4], p) for f, p in zip(full[1:], part[1:]))
+
+
+# -- the reorder lemma ---------------------------------------------------------------------------
+def _lemma_holds(z, old_order, signs, new_order):
+    """herd(new) <= 1/2 herd(old) + 1/2 max_k ||sum_{t<=k} eps_t z_{old(t)}||, inf- and 2-norm."""
+    signed = np.cumsum(np.asarray(signs, dtype=np.float64)[:, None] * z[old_order], axis=0)
+    tolerance = 1e-9 * (1.0 + np.abs(z).sum())
+    for norm in (np.inf, 2):
+        balanced = float(np.max(np.linalg.norm(signed, ord=norm, axis=1)))
+        lhs = herding(z, new_order, norm)
+        rhs = 0.5 * herding(z, old_order, norm) + 0.5 * balanced
+        assert lhs <= rhs + tolerance, f"norm {norm}: herd(new) = {lhs} > {rhs}"
+
+
+@st.composite
+def centered_problem(draw, integers=False):
+    n = draw(st.integers(1, 16))
+    d = draw(st.integers(1, 4))
+    if integers:
+        elements = st.integers(-5, 5).map(float)
+    else:
+        elements = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, allow_subnormal=False)
+    z = draw(hnp.arrays(np.float64, (n, d), elements=elements))
+    z = z - z.mean(axis=0)
+    old_order = np.array(draw(st.permutations(range(n))), dtype=np.int64)
+    return z, old_order
+
+
+@settings(max_examples=200, deadline=None)
+@given(problem=centered_problem(), data=st.data())
+def test_reorder_lemma_for_any_signs(problem, data):
+    z, old_order = problem
+    n = len(old_order)
+    signs = data.draw(st.lists(st.sampled_from([1, -1]), min_size=n, max_size=n))
+    new_order = herding_reorder(old_order, signs)
+    assert np.array_equal(np.sort(new_order), np.arange(n))
+    # the two-pointer rule is "+1 in arrival order, then -1 in reverse arrival order"
+    plus = [e for e, s in zip(old_order, signs) if s > 0]
+    minus = [e for e, s in zip(old_order, signs) if s < 0]
+    assert new_order.tolist() == plus + minus[::-1]
+    _lemma_holds(z, old_order, signs, new_order)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=centered_problem(integers=True), sign=st.sampled_from(["deterministic", "walk"]),
+       tie=st.sampled_from(["plus", "minus"]), seed=st.integers(0, 3))
+def test_grab_kernel_reorders_by_the_two_pointer_rule(problem, sign, tie, seed):
+    """Feed grab centered vectors (first epoch: v = z), read each sign the kernel chose from its left
+    pointer, and check its next order is the reference's two-pointer order for those signs, that
+    the lemma holds for it, and that its discrepancy is the max of the signed prefix sums."""
+    z, old_order = problem
+    n, d = z.shape
+    o = make_orderer("grab", 1, n, d, seed=seed, sign=sign, tie=tie, walk_c=2.0, first_order="identity")
+    visit = o.begin_epoch()[0]
+    signs = []
+    for t in range(n):
+        left = int(o.left[0])
+        o.observe(np.ascontiguousarray(z[visit[t]][None, None, :]))
+        signs.append(1 if o.left[0] == left + 1 else -1)
+    o.end_epoch()
+    prefix = np.cumsum(np.array(signs, dtype=np.float64)[:, None] * z[visit], axis=0)
+    assert np.isclose(o.balance_discrepancy, np.abs(prefix).max(), rtol=1e-12, atol=1e-12)
+    new_order = o.begin_epoch()[0]
+    assert np.array_equal(new_order, herding_reorder(visit, signs))
+    _lemma_holds(z, visit, signs, new_order)
+
+
+@settings(max_examples=60, deadline=None)
+@given(problem=centered_problem(), b=st.integers(1, 4))
+def test_pair_kernel_reorder_is_the_two_pointer_rule_with_pair_signs(problem, b):
+    """PairBalance's placement is the two-pointer rule with example signs (eps_k, -eps_k) for the
+    pair (first, second), so the lemma holds for pair-grab's new order too."""
+    z, old_order = problem
+    n, d = z.shape
+    o = make_orderer("pair-grab", 1, n, d, first_order="identity")
+    visit = o.begin_epoch()[0]
+    for start in range(0, n, b):
+        o.observe(np.ascontiguousarray(z[visit[start:start + b]][None]))
+    o.end_epoch()
+    new_order = o.begin_epoch()[0]
+    signs = []
+    for k in range(n // 2):
+        eps = 1 if new_order[k] == visit[2 * k] else -1
+        signs += [eps, -eps]
+    if n % 2:
+        signs.append(1)
+    assert np.array_equal(new_order, herding_reorder(visit, signs))
+    _lemma_holds(z, visit, signs, new_order)
+
+
+# -- the in-place-buffer pitfall ------------------------------------------------------------------
+@pytest.mark.parametrize("name", [n for n in ORDERERS if orderer_class(n).needs_gradients])
+def test_buffer_overwritten_in_place_is_copied(name):
+    """observe() gets the SAME buffer every step (b = 1), overwritten with the next gradients: the
+    orders must equal those from fresh arrays, and pair differences must not collapse to zero."""
+    m = 1 if is_centralized(name) else 3
+    n, d = 14, 5
+    grads = gradients(m, n, d, seed=21)
+    fresh_orderer = make_orderer(name, m, n, d, seed=2)
+    fresh = drive(fresh_orderer, grads, 1)
+    o = make_orderer(name, m, n, d, seed=2)
+    buffer = np.empty((m, 1, d))
+    reused = []
+    for g in grads:
+        order = o.begin_epoch()
+        reused.append(order)
+        for t in range(n):
+            buffer[:, 0, :] = g[np.arange(m), order[:, t]]
+            o.observe(buffer)
+        o.end_epoch()
+        if hasattr(o, "balance_discrepancy"):
+            assert o.balance_discrepancy > 0, f"{name}: every balanced vector was zero"
+        if "pair" in name or name == "cd-grab":
+            # with all differences zero every sign is +1: first of pair k at slot k, second at n-1-k
+            collapsed = np.empty_like(order)
+            collapsed[:, : n // 2] = order[:, 0::2]
+            collapsed[:, n // 2:] = order[:, 1::2][:, ::-1]
+            assert not np.array_equal(o.order, collapsed), f"{name}: gradient-independent pattern"
+    reused.append(o.order.copy())
+    assert_same_orders(reused, fresh, f"{name} with a reused buffer")
+
+
+# -- misuse -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ORDERERS)
+def test_observe_rejects_bad_gradients(name):
+    m = 1 if is_centralized(name) else 2
+    n, d = 5, 3
+    o = make_orderer(name, m, n, d)
+    with pytest.raises(ValueError, match=r"begin_epoch"):
+        o.observe(np.zeros((m, 1, d)))
+    with pytest.raises(ValueError, match=r"begin_epoch"):
+        o.end_epoch()
+    o.begin_epoch()
+    with pytest.raises(ValueError, match=r"called twice"):
+        o.begin_epoch()
+    for bad in (np.zeros((m, 1, d), np.float32), np.zeros((m, 1, d), np.int64), np.zeros((m, 1, d)).tolist()):
+        with pytest.raises(ValueError, match=r"float64"):
+            o.observe(bad)
+    for shape in ((m, d), (m, 1, 1, d), (m + 1, 1, d), (m, 1, d + 1)):
+        with pytest.raises(ValueError, match=rf"shape \({m}, b, {d}\)"):
+            o.observe(np.zeros(shape))
+    with pytest.raises(ValueError, match=r"b must be 1\.\.5"):
+        o.observe(np.zeros((m, 0, d)))
+    with pytest.raises(ValueError, match=r"b must be 1\.\.5"):
+        o.observe(np.zeros((m, 6, d)))
+    o.observe(np.zeros((m, 3, d)))
+    with pytest.raises(ValueError, match=r"2 of 5 left"):
+        o.observe(np.zeros((m, 3, d)))
+    if orderer_class(name).needs_gradients:
+        with pytest.raises(ValueError, match=r"after 3 of 5 examples.*needs the gradients of every example"):
+            o.end_epoch()
+        o.observe(np.ones((m, 2, d)))
+        with pytest.raises(ValueError, match=r"all 5 examples.*end_epoch"):
+            o.observe(np.zeros((m, 1, d)))
+    o.end_epoch()  # gradient-free orderers may end early
+    o.begin_epoch()  # and the orderer is usable afterwards
+
+
+def test_make_orderer_rejects_bad_names_and_options():
+    with pytest.raises(ValueError, match=r"unknown orderer 'nope'") as info:
+        make_orderer("nope", 1, 4, 2)
+    assert all(name in str(info.value) for name in ORDERERS)
+    with pytest.raises(ValueError, match=r"unknown option\(s\) colour.*allowed: .*walk_c"):
+        make_orderer("d-grab", 1, 4, 2, colour="red")
+
+
+@pytest.mark.parametrize("name", ORDERERS)
+@pytest.mark.parametrize("kwargs,message", [
+    ({"sign": "x"}, r"sign must be one of"),
+    ({"tie": "x"}, r"tie must be one of"),
+    ({"first_order": "x"}, r"first_order must be one of"),
+    ({"walk_c": -1}, r"walk_c must be a finite number > 0"),
+    ({"walk_c": 0.0}, r"walk_c must be a finite number > 0"),
+    ({"walk_c": float("nan")}, r"walk_c must be a finite number > 0"),
+    ({"workers": 0}, r"workers must be an integer >= 1"),
+    ({"workers": 1.0}, r"workers must be an integer >= 1"),
+    ({"examples": 0}, r"examples must be an integer >= 1"),
+    ({"dim": 0}, r"dim must be an integer >= 1"),
+    ({"seed": -1}, r"seed must be an integer >= 0"),
+    ({"first_worker": -1}, r"first_worker must be an integer >= 0"),
+])
+def test_bad_option_values(name, kwargs, message):
+    args = {"workers": 1, "examples": 4, "dim": 2, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        make_orderer(name, **args)
+
+
+# -- memory ------------------------------------------------------------------------------------------
+def _held_bytes(obj):
+    total = 0
+    for value in vars(obj).values():
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+        total += sum(item.nbytes for item in items if isinstance(item, np.ndarray))
+    return total
+
+
+@pytest.mark.parametrize("name", ORDERERS)
+def test_memory_is_linear(name):
+    """O(m d + m n) arrays after an epoch (no (m, n, d) table), except greedy's O(m n d)."""
+    m = 1 if is_centralized(name) else 4
+    if name == "greedy":
+        n, d = 50, 40
+        bound = 16 * (m * n * d + m * d + m * n) * 8
+    else:
+        n, d = 1000, 2000
+        bound = 16 * (m * d + m * n) * 8
+    batch = np.random.default_rng(0).standard_normal((m, 100, d))
+    for sign in ("deterministic", "walk"):
+        o = make_orderer(name, m, n, d, sign=sign)
+        o.begin_epoch()
+        for start in range(0, n, 100):
+            o.observe(batch[:, : min(100, n - start)])
+        o.end_epoch()
+        assert _held_bytes(o) <= bound, f"{name}: {_held_bytes(o)} bytes held > {bound}"
+
+
+# -- determinism and the walk -----------------------------------------------------------------------
+@pytest.mark.parametrize("name", ORDERERS)
+def test_same_seed_same_orders_different_seed_different_first_order(name):
+    m = 1 if is_centralized(name) else 3
+    n, d = 20, 4
+    grads = gradients(m, n, d, seed=1)
+    for options in ({}, {"sign": "walk"}):
+        a = drive(make_orderer(name, m, n, d, seed=42, **options), grads, 3)
+        b = drive(make_orderer(name, m, n, d, seed=42, **options), grads, 3)
+        assert_same_orders(a, b, f"{name} seed 42 twice")
+        c = drive(make_orderer(name, m, n, d, seed=43, **options), grads, 3)
+        assert not np.array_equal(a[0], c[0])
+        assert all(not np.array_equal(a[0][i], a[0][j]) for i in range(m) for j in range(i))
+
+
+@pytest.mark.parametrize("name", [n for n in ORDERERS if is_balancing(n)])
+def test_walk_is_seeded_and_counts_failures(name):
+    m = 1 if is_centralized(name) else 3
+    n, d = 30, 4
+    grads = gradients(m, n, d, seed=2)
+    # identity first orders: only the walk's uniforms depend on the seed
+    runs = {}
+    for seed in (0, 0, 1):
+        stats = []
+        orders = drive(make_orderer(name, m, n, d, seed=seed, sign="walk", first_order="identity"), grads, 2,
+                       stats=stats)
+        runs.setdefault(seed, []).append(orders)
+    assert_same_orders(runs[0][0], runs[0][1], f"{name} walk, same seed")
+    assert any(not np.array_equal(x, y) for x, y in zip(runs[0][0][1:], runs[1][0][1:])), "walk ignores the seed"
+    for walk_c, expect_failures in ((1e-9, True), (1e12, False)):
+        stats = []
+        drive(make_orderer(name, m, n, d, sign="walk", walk_c=walk_c), grads, 2, stats=stats)
+        failures = [int(s["walk_failures"].sum()) for s in stats]
+        if expect_failures:
+            assert all(f > 0 for f in failures), failures
+        else:
+            assert failures == [0] * EPOCHS
+    stats = []
+    drive(make_orderer(name, m, n, d, walk_c=1e-9), grads, 2, stats=stats)
+    assert all(int(s["walk_failures"].sum()) == 0 for s in stats), "the deterministic sign is no walk"
+
+
+# -- pure-Python execution of the kernels ------------------------------------------------------------
+NO_JIT_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import numba
+    from ordersim.orderers import make_orderer
+    from reference.orderers import REFERENCES, drive
+    assert numba.config.DISABLE_JIT
+    rng = np.random.default_rng(0)
+    for name, m in (("cd-grab", 3), ("d-grab", 2), ("greedy", 2), ("pair-grab", 1), ("d-grab-pair", 2)):
+        for n, b, options in ((7, 2, {}), (6, 1, {"sign": "walk", "walk_c": 1.0, "tie": "minus"})):
+            grads = [rng.standard_normal((m, n, 3)) for _ in range(3)]
+            got = drive(make_orderer(name, m, n, 3, seed=1, **options), grads, b)
+            want = REFERENCES[name](m, n, 3, 1, grads, **options)
+            assert all(np.array_equal(g, w) for g, w in zip(got, want)), (name, n, b, options)
+    print("no-jit ok")
+""")
+
+
+def test_kernels_run_without_jit():
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
+    result = subprocess.run([sys.executable, "-c", NO_JIT_SCRIPT], capture_output=True, text=True,
+                            env=env, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no-jit ok" in result.stdout
