@@ -50,7 +50,7 @@ def plot(df, out, band_kind="minmax"):
 
 
 def main(argv=None) -> int:
-    args = style.parser(__doc__.split("\n")[0]).parse_args(argv)
+    args = style.parse(style.parser(__doc__.split("\n")[0]), argv)
     plot(style.load(args.files), args.out, args.band)
     return 0
 

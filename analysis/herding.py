@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     p = style.parser(__doc__.split("\n")[0])
     p.add_argument("--norm", choices=("inf", "2"), default="inf",
                    help="herding norm: the dataset herding_inf (the CD-GraB paper's) or herding_2")
-    args = p.parse_args(argv)
+    args = style.parse(p, argv)
     plot(style.load(args.files), args.out, args.norm, args.band)
     return 0
 

@@ -38,7 +38,7 @@ def plot(df, out, band_kind="minmax", log=True):
 def main(argv=None) -> int:
     p = style.parser(__doc__.split("\n")[0])
     p.add_argument("--linear", action="store_true", help="linear y axis instead of log")
-    args = p.parse_args(argv)
+    args = style.parse(p, argv)
     plot(load_herding_sim(args.files), args.out, args.band, log=not args.linear)
     return 0
 

@@ -58,7 +58,7 @@ def plot(df, out, metric="auto", setting="auto", epoch=None, level=0.95, band_ki
 def main(argv=None) -> int:
     p = style.parser(__doc__.split("\n")[0])
     fit.add_arguments(p)
-    args = p.parse_args(argv)
+    args = style.parse(p, argv)
     plot(style.load(args.files), args.out, args.metric, args.setting, args.epoch, args.level, args.band)
     return 0
 

@@ -139,12 +139,16 @@ def log2_axis(ax):
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
+DEFAULT_DPI = 300
+DPI = DEFAULT_DPI  # PNG resolution used by save(); the scripts set it from --dpi
+
+
 def save(fig, out: Path, name: str) -> list[Path]:
-    """Write ``out/name.png`` (300 dpi) and ``out/name.pdf``; return both paths."""
+    """Write ``out/name.png`` (at DPI, set by --dpi) and ``out/name.pdf``; return both paths."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
-    fig.savefig(paths[0], dpi=300)
+    fig.savefig(paths[0], dpi=DPI)
     fig.savefig(paths[1])
     plt.close(fig)
     for p in paths:
@@ -161,7 +165,16 @@ def parser(description: str, out_required: bool = True) -> argparse.ArgumentPars
                    help="directory for the figures (created if missing); each figure as NAME.png and NAME.pdf")
     p.add_argument("--band", choices=("minmax", "std"), default="minmax",
                    help="shaded band over seeds: min-max, or mean +- one standard deviation")
+    p.add_argument("--dpi", type=int, default=DEFAULT_DPI, help="resolution of the PNG files (the PDFs are vector)")
     return p
+
+
+def parse(p: argparse.ArgumentParser, argv):
+    """Parse the arguments and apply the shared ones (--dpi)."""
+    global DPI
+    args = p.parse_args(argv)
+    DPI = args.dpi
+    return args
 
 
 def load(files) -> "pandas.DataFrame":  # noqa: F821

@@ -1,0 +1,229 @@
+"""The analysis package on small synthetic traces written here with h5py (docs/trace-format.md)."""
+
+import json
+import warnings
+import zlib
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("pandas")
+
+from analysis.load import TraceWarning, load_orders, load_run_arrays, load_runs  # noqa: E402
+from analysis import convergence, fit, herding, herding_sim, scaling  # noqa: E402
+
+ORDERERS = ("rr", "cd-grab")
+SEEDS = (0, 1, 2)
+WORKERS = (1, 2, 4, 8, 16)
+# Synthetic truth: suboptimality = C * (m n)^EXPONENT[orderer] * (t + 1)^-2 * lognormal noise.
+EXPONENT = {"rr": -1.0, "cd-grab": -2.0}
+
+
+def write_trace(path, workers=4, n=8, epochs=5, orderers=ORDERERS, seeds=SEEDS, noise=0.05,
+                drop=(), interrupted=None, killed=False, record_orders=False, convex=True):
+    """A trace file as the simulator writes it: ``drop`` names datasets left out of every run,
+    ``interrupted`` = (orderer, seed) of a run stopped after epoch 2 with status "interrupted",
+    ``killed`` leaves out the root end_time."""
+    rng = np.random.default_rng(zlib.crc32(f"{Path(path).name} {workers} {n}".encode()))
+    with h5py.File(path, "w") as f:
+        f.attrs.update(ordersim_version="0.1.0", config=json.dumps({"workers": workers, "n": n}),
+                       ranks=1, backend="serial", hosts=json.dumps(["localhost"]),
+                       start_time="2026-11-29T16:00:00+00:00", problem="logreg", data="synthetic",
+                       dropped_examples=0)
+        if not killed:
+            f.attrs["end_time"] = "2026-11-29T16:01:00+00:00"
+        f["shards"] = np.arange(workers * n, dtype=np.int64).reshape(workers, n)
+        for orderer in orderers:
+            for seed in seeds:
+                run = f.create_group(f"runs/{orderer}/seed_{seed}")
+                stop = 2 if interrupted == (orderer, seed) else epochs
+                t = np.arange(stop + 1)
+                noisy = np.exp(noise * rng.standard_normal(stop + 1))
+                sub = 0.5 * (workers * n / 8) ** EXPONENT[orderer] * (t + 1.0) ** -2 * noisy
+                herd = (np.sqrt(workers * n) if orderer == "rr" else np.log(workers * n + 1)) * noisy
+                herd[0] = np.sqrt(workers * n) * noisy[0]
+                data = {
+                    "epoch": t.astype(np.int64), "train_loss": 0.3 + sub, "grad_norm": np.sqrt(2 * sub),
+                    "suboptimality": sub, "dist_to_opt": np.sqrt(sub), "test_loss": 0.35 + sub,
+                    "test_accuracy": 0.9 - sub / 10, "herding_inf": herd, "herding_2": 2 * herd,
+                    "balance_discrepancy": np.where(t == 0, 0.0, herd / 2),
+                    "wall_time": 0.1 * t * (1.2 if orderer == "cd-grab" else 1.0) * noisy,
+                    "compute_time": 0.08 * t, "order_time": 0.01 * t, "comm_time": 0.0 * t,
+                }
+                if not convex:
+                    data.pop("suboptimality"), data.pop("dist_to_opt")
+                for name, values in data.items():
+                    if name not in drop:
+                        run.create_dataset(name, data=values, maxshape=(None,), chunks=True)
+                if record_orders:
+                    run["orders"] = np.stack([np.stack([rng.permutation(n) for _ in range(workers)])
+                                              for _ in range(stop)]).astype(np.int32)
+                run.attrs.update(orderer=orderer, seed=seed, workers=workers, examples_per_worker=n,
+                                 batch=1, lr=0.01, f_star=0.3 if convex else np.nan, L=1.0, L_max=2.0,
+                                 mu=0.1 if convex else np.nan, sigma2_star=0.5, zeta2_star=0.2,
+                                 status="interrupted" if stop < epochs else "completed",
+                                 epochs_completed=stop)
+    return path
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """One file per m in WORKERS (n = 8), plus one file per n at m = 4 (the n sweep)."""
+    d = tmp_path_factory.mktemp("sweep")
+    files = [write_trace(d / f"m{m}.h5", workers=m) for m in WORKERS]
+    files += [write_trace(d / f"n{n}.h5", workers=4, n=n) for n in (16, 32)]
+    return files
+
+
+def quiet(fn, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TraceWarning)
+        return fn(*args)
+
+
+def herding_sim_file(path, seed=0, workers=(2, 4), total=64, rounds=3):
+    """A file as ``python -m ordersim herding-sim`` writes it (docs/herding_sim.md)."""
+    rng = np.random.default_rng(seed)
+    with h5py.File(path, "w") as f:
+        f.attrs.update(experiment="herding-sim", ordersim_version="0.1.0", start_time="x", end_time="y",
+                       config=json.dumps({"workers": list(workers), "total": total, "rounds": rounds,
+                                          "seed": seed, "dim": 16, "batch": 1, "norm": "inf"}))
+        for m in workers:
+            g = f.create_group(f"m_{m}")
+            g.attrs.update(workers=m, examples_per_worker=total // m)
+            for name in ("rr", "d-grab", "cd-grab"):
+                values = 5.0 * np.exp(-(np.arange(rounds + 1) if name != "rr" else 0) / 2)
+                ds = g.create_dataset(name, data=values * (1 + 0.05 * rng.random(rounds + 1)))
+                ds.attrs.update(orderer=name, workers=m, examples_per_worker=total // m, dim=16,
+                                rounds=rounds, batch=1, seed=seed, norm="inf", seconds=0.1)
+    return path
+
+
+def written(out, *names):
+    for name in names:
+        for ext in ("png", "pdf"):
+            p = out / f"{name}.{ext}"
+            assert p.exists() and p.stat().st_size > 1000, p
+
+
+# -- loading ------------------------------------------------------------------------------------------
+def test_load_runs_is_tidy(sweep):
+    df = load_runs(sweep[:2])
+    # 2 files x 2 orderers x 3 seeds x 6 measured epochs
+    assert len(df) == 2 * 2 * 3 * 6
+    for column in ("file", "orderer", "seed", "workers", "examples_per_worker", "batch", "lr", "status",
+                   "f_star", "interrupted", "epoch", "train_loss", "suboptimality", "herding_inf", "wall_time"):
+        assert column in df, column
+    assert set(df.orderer) == set(ORDERERS) and set(df.workers) == {1, 2}
+    assert df.attrs["notes"] == [] and not df.interrupted.any()
+    one = df[(df.file == str(sweep[1])) & (df.orderer == "rr") & (df.seed == 2)]
+    with h5py.File(sweep[1]) as f:
+        np.testing.assert_array_equal(one.train_loss, f["runs/rr/seed_2/train_loss"][()])
+
+
+def test_load_run_arrays_and_orders(tmp_path):
+    path = write_trace(tmp_path / "orders.h5", workers=2, n=4, epochs=3, record_orders=True)
+    arrays = load_run_arrays(path)
+    assert arrays["attrs"]["config"] == {"workers": 2, "n": 4}
+    run = arrays["runs"][("cd-grab", 1)]
+    assert run["attrs"]["workers"] == 2 and run["train_loss"].shape == run["epoch"].shape == (4,)
+    orders = load_orders(path, "cd-grab", 1)
+    assert orders.shape == (3, 2, 4) and (np.sort(orders, axis=2) == np.arange(4)).all()
+    with pytest.raises(KeyError, match="no run"):
+        load_orders(path, "grab", 0)
+    with pytest.raises(KeyError, match="record-orders"):
+        load_orders(write_trace(tmp_path / "plain.h5", seeds=(0,)), "rr", 0)
+
+
+def test_missing_dataset_loads_as_nan_and_warns(tmp_path):
+    path = write_trace(tmp_path / "missing.h5", drop=("grad_norm",))
+    with pytest.warns(TraceWarning, match=r"missing\.h5: dataset 'grad_norm' is missing"):
+        df = load_runs(path)
+    assert df.grad_norm.isna().all() and df.train_loss.notna().all()
+    assert any("grad_norm" in note for note in df.attrs["notes"])
+
+
+def test_conditional_dataset_absent_everywhere_is_silent(tmp_path):
+    path = write_trace(tmp_path / "nonconvex.h5", convex=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TraceWarning)
+        df = load_runs(path)
+    assert df.suboptimality.isna().all()
+
+
+def test_interrupted_run_loads_and_warns(tmp_path):
+    path = write_trace(tmp_path / "stopped.h5", interrupted=("cd-grab", 1), epochs=5)
+    with pytest.warns(TraceWarning, match=r"run cd-grab/seed_1 in file .*stopped\.h5 is interrupted after epoch 2"):
+        df = load_runs(path)
+    run = df[(df.orderer == "cd-grab") & (df.seed == 1)]
+    assert list(run.epoch) == [0, 1, 2] and run.interrupted.all()
+    assert not df[df.orderer == "rr"].interrupted.any()
+
+
+def test_killed_job_without_end_time_warns(tmp_path):
+    path = write_trace(tmp_path / "killed.h5", killed=True, interrupted=("rr", 0))
+    with pytest.warns(TraceWarning) as record:
+        df = load_runs(path)
+    messages = [str(w.message) for w in record]
+    assert any("has no end_time" in m for m in messages)
+    assert any("run rr/seed_0 in file" in m and "interrupted after epoch 2" in m for m in messages)
+    assert df[(df.orderer == "rr") & (df.seed == 0)].interrupted.all()
+
+
+# -- fit ----------------------------------------------------------------------------------------------
+def test_fit_exponent_recovers_known_slope():
+    rng = np.random.default_rng(1)
+    m = np.repeat([1, 2, 4, 8, 16, 32, 64], 3)
+    y = 3.0 * m**-2.0 * np.exp(0.05 * rng.standard_normal(m.size))
+    slope, lo, hi = fit.fit_exponent(m, y)
+    assert lo < slope < hi and lo <= -2 <= hi and hi - lo < 0.1
+    exact = fit.fit_exponent([1, 2, 4], [1, 0.25, 0.0625])
+    assert exact[0] == pytest.approx(-2) and exact[1] == pytest.approx(-2) and exact[2] == pytest.approx(-2)
+    assert np.isnan(fit.fit_exponent([1, 2], [1, 0.5])[1])
+
+
+def test_fit_table_from_traces_agrees_with_theory(sweep, capsys):
+    result, metric, setting, epoch, _ = quiet(fit.table, quiet(load_runs, sweep))
+    assert (metric, setting, epoch) == ("suboptimality", "pl", 5)
+    by = result.set_index(["variable", "orderer"])
+    for variable in ("m", "n"):
+        for orderer, expected in EXPONENT.items():
+            row = by.loc[(variable, orderer)]
+            assert row.ci_low <= expected <= row.ci_high and row.agree == "yes", (variable, orderer, row)
+    assert by.loc[("m", "rr")].points == len(WORKERS) * len(SEEDS)
+    assert fit.main([str(p) for p in sweep]) == 0
+    out = capsys.readouterr().out
+    assert "cd-grab" in out and "-2" in out and "yes" in out
+
+
+# -- scripts ------------------------------------------------------------------------------------------
+def test_convergence_script(sweep, tmp_path):
+    assert convergence.main([str(sweep[0]), str(sweep[2]), "--out", str(tmp_path), "--dpi", "80"]) == 0
+    written(tmp_path, "convergence_epochs", "convergence_time")
+
+
+def test_herding_script(sweep, tmp_path):
+    assert herding.main([*map(str, sweep), "--out", str(tmp_path), "--norm", "2", "--band", "std", "--dpi", "80"]) == 0
+    written(tmp_path, "herding_epochs", "herding_vs_n")
+
+
+def test_scaling_script(sweep, tmp_path):
+    assert scaling.main([*map(str, sweep), "--out", str(tmp_path), "--dpi", "80"]) == 0
+    written(tmp_path, "scaling")
+
+
+def test_herding_sim_script(tmp_path):
+    files = [str(herding_sim_file(tmp_path / f"hs{s}.h5", seed=s)) for s in (0, 1)]
+    assert herding_sim.main([*files, "--out", str(tmp_path), "--dpi", "80"]) == 0
+    written(tmp_path, "herding_sim")
+
+
+def test_scripts_explain_every_option(capsys):
+    for module in (convergence, herding, scaling, herding_sim, fit):
+        with pytest.raises(SystemExit):
+            module.main(["--help"])
+        text = capsys.readouterr().out
+        assert "FILE.h5" in text and "--out" in text, module.__name__
