@@ -4,8 +4,12 @@ import math
 
 from numba import njit
 
+# Reassociation lets LLVM vectorize the dot-product reductions (about 2x faster); no nnan/ninf, so
+# NaN and inf still propagate. Sums may differ in the last bits between CPUs of different vector width.
+FAST = {"reassoc", "contract", "nsz"}
 
-@njit(cache=True, inline="always")
+
+@njit(cache=True, inline="always", fastmath=FAST)
 def log1pexp(z):
     """log(1 + exp(z)) without overflow."""
     if z > 0.0:
@@ -13,7 +17,7 @@ def log1pexp(z):
     return math.log1p(math.exp(z))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", fastmath=FAST)
 def sigmoid(z):
     if z >= 0.0:
         return 1.0 / (1.0 + math.exp(-z))
@@ -21,7 +25,7 @@ def sigmoid(z):
     return e / (1.0 + e)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", fastmath=FAST)
 def half_sq_norm(x):
     s = 0.0
     for j in range(x.shape[0]):

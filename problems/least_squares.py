@@ -4,11 +4,11 @@ import numpy as np
 from numba import njit
 from scipy import linalg
 
-from problems._kernels import half_sq_norm
+from problems._kernels import FAST, half_sq_norm
 from problems.base import Problem, max_row_norm2, spectral_extremes
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST)
 def batch_grads(x, A, y, idx, params, out):
     lam = params[0]
     d = x.shape[0]
@@ -25,7 +25,7 @@ def batch_grads(x, A, y, idx, params, out):
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST)
 def full_grad(x, A, y, idx, params, out):
     lam = params[0]
     d = x.shape[0]
@@ -46,7 +46,7 @@ def full_grad(x, A, y, idx, params, out):
     return total / k + lam * half_sq_norm(x)
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST)
 def full_loss(x, A, y, idx, params):
     lam = params[0]
     d = x.shape[0]
@@ -61,7 +61,7 @@ def full_loss(x, A, y, idx, params):
     return total / k + lam * half_sq_norm(x)
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST)
 def accuracy(x, A, y, idx, params):
     return np.nan
 

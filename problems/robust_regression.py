@@ -14,13 +14,13 @@ import math
 import numpy as np
 from numba import njit
 
-from problems._kernels import half_sq_norm
+from problems._kernels import FAST, half_sq_norm
 from problems.base import Problem, max_row_norm2, option_choice, option_float, spectral_extremes
 
 LOSSES = ("cauchy", "geman-mcclure", "welsch")
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", fastmath=FAST)
 def rho(r, c, kind):
     u = (r / c) * (r / c)
     if kind == 0.0:
@@ -30,7 +30,7 @@ def rho(r, c, kind):
     return 0.5 * c * c * (-math.expm1(-u))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", fastmath=FAST)
 def psi(r, c, kind):
     u = (r / c) * (r / c)
     if kind == 0.0:
@@ -40,7 +40,7 @@ def psi(r, c, kind):
     return r * math.exp(-u)
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST)
 def batch_grads(x, A, y, idx, params, out):
     lam, c, kind = params[0], params[1], params[2]
     d = x.shape[0]
@@ -58,7 +58,7 @@ def batch_grads(x, A, y, idx, params, out):
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST)
 def full_grad(x, A, y, idx, params, out):
     lam, c, kind = params[0], params[1], params[2]
     d = x.shape[0]
@@ -80,7 +80,7 @@ def full_grad(x, A, y, idx, params, out):
     return total / k + lam * half_sq_norm(x)
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST)
 def full_loss(x, A, y, idx, params):
     lam, c, kind = params[0], params[1], params[2]
     d = x.shape[0]
@@ -95,7 +95,7 @@ def full_loss(x, A, y, idx, params):
     return total / k + lam * half_sq_norm(x)
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST)
 def accuracy(x, A, y, idx, params):
     return np.nan
 
