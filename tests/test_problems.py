@@ -152,7 +152,6 @@ def test_accuracy_matches_reference(name):
     if name == "logistic":
         pred = np.where(A @ x >= 0, 1.0, -1.0)
     else:
-        _, _ = None, None
         if name == "softmax":
             Z = A @ x.reshape(K, P).T
         else:
