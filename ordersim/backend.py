@@ -6,9 +6,13 @@ uses mpi4py's buffer methods (Allgather) on preallocated arrays.
 
 import socket
 import sys
+import time
 import traceback
 
 import numpy as np
+
+
+ABORT_GRACE_SECONDS = 1.0
 
 
 class SerialBackend:
@@ -98,5 +102,8 @@ def abort_on_exception(comm, func, *args):
         traceback.print_exc()
         sys.stderr.flush()
         if comm is not None and comm.Get_size() > 1:
+            # A moment for rank 0 to finish writing the epoch it holds; the others wait in a
+            # collective that will never complete, so Abort ends them.
+            time.sleep(ABORT_GRACE_SECONDS)
             comm.Abort(1)
         raise SystemExit(1)

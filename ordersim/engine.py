@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
+@njit  # takes the problem's kernel as an argument: not cacheable (numba#2956)
 def worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum):
     """Gradients of one worker's next `count` examples (visit positions pos..pos+count-1).
 
@@ -63,7 +63,7 @@ def sum_in_worker_order(worker_values):
     return total
 
 
-@njit(cache=True)
+@njit  # takes the problem's kernel as an argument: not cacheable (numba#2956)
 def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b, lr, momentum,
                  weight_decay, store, grads_out, idx, scratch, worker_sums, step_losses):
     """`steps` synchronous steps of all m workers inside one jitted call (the serial fast path).
@@ -91,7 +91,7 @@ def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b
     return done
 
 
-@njit(cache=True)
+@njit  # takes the problem's kernel as an argument: not cacheable (numba#2956)
 def step_sums_of_order(batch_grads, x, A, y, params, order, row, base, first_step, steps, b, n,
                        idx, scratch, out):
     """Sums of one worker's per-example gradients at x over each of `steps` steps of its order."""

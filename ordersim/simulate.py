@@ -20,7 +20,7 @@ from ordersim.data import load_dataset, partition
 from ordersim.backend import MPIBackend, SerialBackend
 from ordersim.config import (BACKENDS, PARTITIONS, REMAINDERS, SCHEDULES, Config, ConfigError)
 from ordersim.orderers import available_orderers, make_orderer, orderer_class
-from ordersim.orderers.base import FIRST_ORDERS, SIGNS, TIES
+from ordersim.orderers.base import FIRST_ORDERS, SIGNS, TIES, default_walk_c
 from ordersim.streams import stream
 from ordersim.trace import NoTrace, TraceWriter
 from problems import make_problem, problem_class
@@ -207,8 +207,8 @@ class Run:
         self.m, self.n, self.d, self.b = m, n, d, b
         self.local = backend.local_workers
         options = dict(sign=config.sign, tie=config.tie, first_order=config.first_order)
-        if config.walk_c > 0:
-            options["walk_c"] = config.walk_c
+        # c from N = m n, not from this rank's workers, so the walk is the same on any rank count
+        options["walk_c"] = config.walk_c or default_walk_c(m * n, d)
         cls = orderer_class(orderer_name)
         # A coordinated orderer runs for all m workers on every rank; the others for this rank's own.
         self.coordinated = cls.coordinated and backend.size > 1
@@ -353,7 +353,7 @@ class Run:
 
     def _gather(self, local):
         start = time.perf_counter()
-        out = self.setup.backend.gather_workers(local, np.empty((self.m, *local.shape[1:])))
+        out = self.setup.backend.gather_workers(local, np.empty((self.m, *local.shape[1:]), local.dtype))
         self.timers["comm_time"] += time.perf_counter() - start
         return out
 

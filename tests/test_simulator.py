@@ -48,6 +48,18 @@ def assert_bitwise_equal(a, b):
             assert a[key].dtype == b[key].dtype and a[key].tobytes() == b[key].tobytes(), key
 
 
+def open_when_released(path, seconds=10):
+    """Open an HDF5 file as soon as the killed writer's file lock is gone."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return h5py.File(path, "r")
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
 def serial_trace(tmp_path_factory):
     path = tmp_path_factory.mktemp("serial") / "serial.h5"
@@ -171,9 +183,10 @@ def test_exception_on_one_rank_ends_the_job_and_keeps_the_trace(tmp_path, ranks)
     assert result.returncode != 0
     assert "boom on the last rank" in result.stderr
     assert time.monotonic() - start < 120
-    with h5py.File(out, "r") as f:
+    with open_when_released(out) as f:
         assert f["runs/rr/seed_0"].attrs["status"] == "completed"
         assert len(f["runs/rr/seed_0/train_loss"]) == 3
+        assert f["runs/rr/seed_1"].attrs["status"] == "interrupted"
 
 
 def test_killed_run_leaves_a_readable_file_with_completed_epochs(tmp_path):
@@ -192,7 +205,7 @@ def test_killed_run_leaves_a_readable_file_with_completed_epochs(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    with h5py.File(out, "r") as f:
+    with open_when_released(out) as f:
         run = f["runs/cd-grab/seed_0"]
         assert run.attrs["status"] == "interrupted"
         done = len(run["epoch"])
