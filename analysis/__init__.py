@@ -5,10 +5,11 @@
     df.groupby(["orderer", "workers"]).train_loss.last()
 
 Loaders: ``load_runs`` (tidy pandas table), ``load_run_arrays`` (NumPy arrays per run),
-``load_orders`` (the recorded (T, m, n) visit orders). Command-line figures:
+``load_orders`` (the recorded (T, m, n) visit orders), ``load_shards``, ``load_herding_sim`` (files
+of ``python -m ordersim herding-sim``). Command-line figures:
 ``python -m analysis.convergence | herding | scaling | herding_sim | fit FILE.h5 ... --out DIR``.
 """
 
-from analysis.load import TraceWarning, load_orders, load_run_arrays, load_runs
+from analysis.load import TraceWarning, load_herding_sim, load_orders, load_run_arrays, load_runs, load_shards
 
-__all__ = ["TraceWarning", "load_orders", "load_run_arrays", "load_runs"]
+__all__ = ["TraceWarning", "load_herding_sim", "load_orders", "load_run_arrays", "load_runs", "load_shards"]

@@ -14,21 +14,25 @@ import numpy as np
 
 from analysis import style
 
-# dataset, axis label (with units), scale factor (accuracy as a percentage)
-METRICS = (
-    ("train_loss", r"train loss $f(x_t)$", 1.0),
-    ("suboptimality", r"suboptimality $f(x_t)-f^\star$", 1.0),
-    ("grad_norm", r"gradient norm $\|\nabla f(x_t)\|_2$", 1.0),
-    ("test_accuracy", "test accuracy (%)", 100.0),
-)
+# dataset -> axis label (with units), scale factor (accuracies stored as fractions shown in %)
+LABELS = {
+    "train_loss": (r"train loss $f(x_t)$", 1.0),
+    "suboptimality": (r"suboptimality $f(x_t)-f^\star$", 1.0),
+    "grad_norm": (r"gradient norm $\|\nabla f(x_t)\|_2$", 1.0),
+    "test_accuracy": ("test accuracy (%)", 100.0),
+    "test_loss": ("test loss", 1.0),
+    "train_accuracy": ("train accuracy (%)", 100.0),
+    "dist_to_opt": (r"distance to optimum $\|x_t-x^\star\|_2$", 1.0),
+}
+DEFAULT_METRICS = ("train_loss", "suboptimality", "grad_norm", "test_accuracy")
 X_AXES = (("epochs", "epoch", "epoch $t$ (passes over the data)"),
           ("time", "wall_time", "wall-clock time (s)"))
 
 
-def plot(df, out, band_kind="minmax"):
-    metrics = [m for m in METRICS if m[0] in df and df[m[0]].notna().any()]
+def plot(df, out, band_kind="minmax", names=DEFAULT_METRICS):
+    metrics = [(m, *LABELS[m]) for m in names if m in df and df[m].notna().any()]
     if not metrics:
-        raise SystemExit("convergence: none of train_loss, suboptimality, grad_norm, test_accuracy in the files")
+        raise SystemExit(f"convergence: none of {', '.join(names)} in the files")
     written = []
     for name, x_col, x_label in X_AXES:
         fig, axes = style.figure(len(metrics))
@@ -41,7 +45,7 @@ def plot(df, out, band_kind="minmax"):
                 style.band(ax, x, values * scale, lab, band_kind, labels=list(series))
             ax.set_xlabel(x_label)
             ax.set_ylabel(y_label)
-            if metric != "test_accuracy":
+            if "accuracy" not in metric:
                 style.log_if_positive(ax, df[metric])
         style.legend(axes[0], band_kind, figure_level=True)
         fig.tight_layout()
@@ -50,8 +54,12 @@ def plot(df, out, band_kind="minmax"):
 
 
 def main(argv=None) -> int:
-    args = style.parse(style.parser(__doc__.split("\n")[0]), argv)
-    plot(style.load(args.files), args.out, args.band)
+    p = style.parser(__doc__.split("\n")[0])
+    p.add_argument("--metrics", nargs="+", choices=tuple(LABELS), default=list(DEFAULT_METRICS), metavar="NAME",
+                   help=f"per-epoch datasets to plot, one panel each (those absent from the files are skipped); "
+                        f"choices: {', '.join(LABELS)}")
+    args = style.parse(p, argv)
+    plot(style.load(args.files), args.out, args.band, args.metrics)
     return 0
 
 

@@ -78,16 +78,26 @@ def final_errors(df, metric: str = "auto", epoch: int | None = None):
     return rows[rows.error > 0], metric, epoch, notes
 
 
-def sweep(errors, variable: str):
-    """The rows of the largest sweep over ``variable`` (m or n), the other settings held fixed."""
+def sweep(errors, variable: str, notes: list | None = None):
+    """The rows of the largest sweep over ``variable`` (m or n), the other settings held fixed.
+
+    When no sweep holds the other of m and n fixed (e.g. m workers sharing one fixed dataset, so
+    n = N/m), the sweep with only b, lr, problem and data fixed is used, and a note says so.
+    """
     column = VARIABLE_COLUMN[variable]
-    others = [c for c in ("workers", "examples_per_worker", "batch", "lr", "problem", "data")
-              if c != column and c in errors]
-    best = None
-    for _, g in errors.groupby(others, dropna=False) if len(errors) else []:
-        if best is None or g[column].nunique() > best[column].nunique():
-            best = g
-    return best if best is not None and best[column].nunique() >= 2 else None
+    other = VARIABLE_COLUMN["n" if variable == "m" else "m"]
+    fixed = [c for c in ("batch", "lr", "problem", "data") if c in errors]
+    for keys in ([other, *fixed], fixed):
+        best = None
+        for _, g in errors.groupby(keys, dropna=False) if len(errors) else []:
+            if best is None or g[column].nunique() > best[column].nunique():
+                best = g
+        if best is not None and best[column].nunique() >= 2:
+            if keys is fixed and notes is not None:
+                notes.append(f"the sweep over {variable} does not hold {other} fixed "
+                             f"({other} takes {sorted(best[other].unique().tolist())}): the theory's slope assumes it does")
+            return best
+    return None
 
 
 def setting_of(errors, metric: str, setting: str = "auto") -> str:
@@ -106,7 +116,7 @@ def table(df, metric="auto", setting="auto", epoch=None, level=0.95):
     setting = setting_of(errors, metric, setting)
     rows = []
     for variable, column in VARIABLE_COLUMN.items():
-        points = sweep(errors, variable)
+        points = sweep(errors, variable, notes)
         if points is None:
             notes.append(f"no sweep over {variable}: the files hold one value of {column} per setting")
             continue

@@ -6,8 +6,10 @@
 
 Problems with a file are never fatal when the data can still be read: they are reported with a
 ``TraceWarning`` naming the file and run, and collected as strings in ``df.attrs["notes"]``.
-- interrupted runs (status "interrupted", or a file without ``end_time``) are loaded up to the last
-  completed epoch, with ``interrupted = True``;
+- interrupted runs are loaded up to the last completed epoch, with ``interrupted = True``: status
+  "interrupted", or, in a file without ``end_time`` (a killed job), any run whose status is not
+  "completed" or "diverged" (the simulator sets those only when a run finished); a file without
+  ``end_time`` is itself noted;
 - a per-epoch dataset that a run lacks becomes NaN in that run's rows; a warning is raised when the
   dataset is one the simulator always writes, or when another run of the same file has it (datasets
   that do not apply, e.g. ``suboptimality`` of a nonconvex problem, are absent by design);
@@ -23,11 +25,14 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-# Written for every run (docs/trace-format.md); the others only where they apply.
-ALWAYS_WRITTEN = ("epoch", "train_loss", "grad_norm", "herding_inf", "herding_2", "balance_discrepancy",
-                  "wall_time", "compute_time", "order_time", "comm_time")
-CONDITIONAL = ("suboptimality", "dist_to_opt", "test_loss", "test_accuracy", "train_accuracy")
-PER_EPOCH = ALWAYS_WRITTEN + CONDITIONAL
+# Written for every run (docs/trace-format.md); the others only where they apply (herding: unless
+# the run was configured with --no-herding).
+ALWAYS_WRITTEN = ("epoch", "train_loss", "grad_norm", "balance_discrepancy", "wall_time", "compute_time",
+                  "order_time", "comm_time")
+CONDITIONAL = ("suboptimality", "dist_to_opt", "test_loss", "test_accuracy", "train_accuracy",
+               "herding_inf", "herding_2")
+PER_EPOCH = ALWAYS_WRITTEN[:2] + ("suboptimality", "grad_norm", "dist_to_opt", "test_loss", "test_accuracy",
+                                  "train_accuracy", "herding_inf", "herding_2") + ALWAYS_WRITTEN[3:]
 # Root attributes copied into every row of load_runs (config and hosts stay in load_run_arrays).
 FILE_COLUMNS = ("problem", "data", "backend", "ranks", "dropped_examples", "ordersim_version",
                 "start_time", "end_time")
@@ -135,9 +140,14 @@ def _read_file(path, notes: _Notes) -> tuple[dict, dict]:
                       "(runs with status 'completed' are complete; the others are interrupted)")
         if not runs:
             notes.add(f"file {path} holds no runs (no group /runs/<orderer>/seed_<k>)")
-        present = set()
+        present = set()  # conditional datasets expected in every run of this file
         for _, run in runs:
             present |= {n for n in run if n in CONDITIONAL}
+        try:
+            if json.loads(file_attrs.get("config", "{}")).get("herding"):
+                present |= {"herding_inf", "herding_2"}
+        except (ValueError, AttributeError):
+            pass
         out = {}
         for where, run in runs:
             arrays = _read_run(run, path, where, file_attrs, present, notes)
@@ -186,7 +196,8 @@ def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
             attrs = arrays["attrs"]
             columns.update({k: attrs.get(k, np.nan) for k in RUN_COLUMNS})
             columns.update({k: v for k, v in attrs.items() if k not in columns and not isinstance(v, list)})
-            table = pd.DataFrame({name: a for name, a in arrays.items() if name != "attrs"})
+            names = [n for n in PER_EPOCH if n in arrays] + sorted(set(arrays) - set(PER_EPOCH) - {"attrs"})
+            table = pd.DataFrame({name: arrays[name] for name in names})
             for k, v in reversed(list(columns.items())):
                 table.insert(0, k, [v] * len(table))
             frames.append(table)

@@ -21,7 +21,7 @@ AXIS_LABEL = {"m": "number of workers $m$", "n": "examples per worker $n$"}
 def plot(df, out, metric="auto", setting="auto", epoch=None, level=0.95, band_kind="minmax"):
     errors, metric, epoch, notes = fit.final_errors(df, metric, epoch)
     setting = fit.setting_of(errors, metric, setting)
-    sweeps = {v: s for v in fit.VARIABLE_COLUMN if (s := fit.sweep(errors, v)) is not None}
+    sweeps = {v: s for v in fit.VARIABLE_COLUMN if (s := fit.sweep(errors, v, notes)) is not None}
     if not sweeps:
         raise SystemExit("scaling: the files hold no sweep over m or n (need at least two values)")
     fig, axes = style.figure(len(sweeps), width=3.6, height=2.9)

@@ -227,3 +227,18 @@ def test_scripts_explain_every_option(capsys):
             module.main(["--help"])
         text = capsys.readouterr().out
         assert "FILE.h5" in text and "--out" in text, module.__name__
+
+
+def test_sweep_over_m_on_a_fixed_dataset_is_used_with_a_note(tmp_path):
+    files = [write_trace(tmp_path / f"fixed{m}.h5", workers=m, n=64 // m) for m in (2, 4, 8)]
+    result, *_, notes = quiet(fit.table, quiet(load_runs, files))
+    assert set(result.variable) == {"m", "n"} and (result.points == 9).all()
+    assert any("does not hold examples_per_worker fixed" in note for note in notes)
+
+
+def test_herding_sim_loader_reads_every_cell(tmp_path):
+    from analysis.load import load_herding_sim
+
+    df = load_herding_sim(herding_sim_file(tmp_path / "hs.h5", rounds=4))
+    assert len(df) == 2 * 3 * 5 and set(df.workers) == {2, 4} and set(df.examples_per_worker) == {32, 16}
+    assert (df.groupby(["workers", "orderer"])["round"].max() == 4).all()
