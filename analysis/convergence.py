@@ -54,7 +54,7 @@ def plot(df, out, band_kind="minmax", names=DEFAULT_METRICS):
 
 
 def main(argv=None) -> int:
-    p = style.parser(__doc__.split("\n")[0])
+    p = style.parser("analysis.convergence", __doc__)
     p.add_argument("--metrics", nargs="+", choices=tuple(LABELS), default=list(DEFAULT_METRICS), metavar="NAME",
                    help=f"per-epoch datasets to plot, one panel each (those absent from the files are skipped); "
                         f"choices: {', '.join(LABELS)}")

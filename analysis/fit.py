@@ -95,7 +95,8 @@ def sweep(errors, variable: str, notes: list | None = None):
         if best is not None and best[column].nunique() >= 2:
             if keys is fixed and notes is not None:
                 notes.append(f"the sweep over {variable} does not hold {other} fixed "
-                             f"({other} takes {sorted(best[other].unique().tolist())}): the theory's slope assumes it does")
+                             f"({other} takes {sorted(best[other].unique().tolist())}): "
+                             "the theory's slope assumes it does")
             return best
     return None
 
@@ -144,8 +145,7 @@ def add_arguments(p: argparse.ArgumentParser):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = style.base_parser("analysis.fit", __doc__)
     p.add_argument("files", nargs="+", metavar="FILE.h5", help="ordersim trace files (docs/trace-format.md)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR", help="also write the table to DIR/fit.csv")
     add_arguments(p)

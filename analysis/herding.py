@@ -68,7 +68,7 @@ def plot_vs_n(df, out, column, norm, band_kind):
         first = g[g.epoch == g.epoch.min()]
         c = float(np.exp(np.nanmean(np.log(first[column]) - 0.5 * np.log(first.examples_per_worker))))
         _references(ax, np.sort(g.examples_per_worker.unique()), c)
-        style.log2_axis(ax)
+        style.log2_axis(ax, g.examples_per_worker)
         style.plain_log_y(ax)
         ax.set_title(f"m = {m}, final epoch")
         ax.set_xlabel("examples per worker $n$")
@@ -87,7 +87,7 @@ def plot(df, out, norm="inf", band_kind="minmax"):
 
 
 def main(argv=None) -> int:
-    p = style.parser(__doc__.split("\n")[0])
+    p = style.parser("analysis.herding", __doc__)
     p.add_argument("--norm", choices=("inf", "2"), default="inf",
                    help="herding norm: the dataset herding_inf (the CD-GraB paper's) or herding_2")
     args = style.parse(p, argv)

@@ -36,7 +36,8 @@ def plot(df, out, band_kind="minmax", log=True):
 
 
 def main(argv=None) -> int:
-    p = style.parser(__doc__.split("\n")[0])
+    p = style.parser("analysis.herding_sim", __doc__,
+                     files_help="files written by python -m ordersim herding-sim (docs/herding_sim.md)")
     p.add_argument("--linear", action="store_true", help="linear y axis instead of log")
     args = style.parse(p, argv)
     plot(load_herding_sim(args.files), args.out, args.band, log=not args.linear)

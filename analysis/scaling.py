@@ -24,10 +24,11 @@ def plot(df, out, metric="auto", setting="auto", epoch=None, level=0.95, band_ki
     sweeps = {v: s for v in fit.VARIABLE_COLUMN if (s := fit.sweep(errors, v, notes)) is not None}
     if not sweeps:
         raise SystemExit("scaling: the files hold no sweep over m or n (need at least two values)")
-    fig, axes = style.figure(len(sweeps), width=3.6, height=2.9)
+    fig, axes = style.figure(len(sweeps), cols=1, width=3.6, height=2.9)
+    fig.subplots_adjust(hspace=0.45)  # no tight_layout: it would shrink the axes for the outside legends
     for ax, (variable, points) in zip(axes, sweeps.items()):
         column = fit.VARIABLE_COLUMN[variable]
-        points = style.with_labels(points, exclude=(column,))
+        points = style.with_labels(points, exclude=tuple(fit.VARIABLE_COLUMN.values()))
         series = style.by_seed(points, column, "error")
         for lab, (x, values) in series.items():
             g = points[points.label == lab]
@@ -43,20 +44,19 @@ def plot(df, out, metric="auto", setting="auto", epoch=None, level=0.95, band_ki
             if expected is not None:
                 ax.plot(grid, np.exp(ly.mean() + expected * (np.log(grid) - lx.mean())), ":", color=col,
                         lw=1.2, label=f"theory ({setting}): slope {theory.format_exponent(expected)}")
-        style.log2_axis(ax)
-        ax.set_yscale("log")
+        style.log2_axis(ax, points[column])
+        style.plain_log_y(ax)
         ax.set_xlabel(AXIS_LABEL[variable])
         ax.set_ylabel(fit.METRIC_LABEL[metric])
         ax.set_title(f"after T = {epoch} epochs; fit CI {level:.0%}")
-        style.legend(ax, band_kind, fontsize=6)
+        style.legend(ax, band_kind, fontsize=6.5, loc="center left", bbox_to_anchor=(1.02, 0.5))
     for note in notes:
         print(f"note: {note}")
-    fig.tight_layout()
     return style.save(fig, out, "scaling")
 
 
 def main(argv=None) -> int:
-    p = style.parser(__doc__.split("\n")[0])
+    p = style.parser("analysis.scaling", __doc__)
     fit.add_arguments(p)
     args = style.parse(p, argv)
     plot(style.load(args.files), args.out, args.metric, args.setting, args.epoch, args.level, args.band)

@@ -84,7 +84,8 @@ def band(ax, x, values, label: str, kind: str = "minmax", col=None, labels=(), *
     kind: "minmax" (band from min to max over seeds) or "std" (mean +- one standard deviation).
     labels: every label of the axes, so that configuration variants of one orderer get line styles.
     """
-    values = np.atleast_2d(np.asarray(values, dtype=float))
+    values = np.atleast_2d(np.asarray(values, dtype=float)).copy()
+    values[~np.isfinite(values)] = np.nan  # a diverged run: inf or NaN losses
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
         mean = np.nanmean(values, axis=0)
@@ -132,10 +133,12 @@ def plain_log_y(ax):
         lambda v, _: f"{v:g}" if ax.get_ylim()[1] / ax.get_ylim()[0] < 10 else ""))
 
 
-def log2_axis(ax):
-    """Log base 2 x axis with plain numbers (1, 2, 4, ...) as tick labels."""
+def log2_axis(ax, ticks=None):
+    """Log base 2 x axis with plain numbers as tick labels (at ``ticks``, e.g. the swept values)."""
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    if ticks is not None:
+        ax.set_xticks(sorted(set(np.asarray(ticks).tolist())))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
@@ -156,12 +159,28 @@ def save(fig, out: Path, name: str) -> list[Path]:
     return paths
 
 
-def parser(description: str, out_required: bool = True) -> argparse.ArgumentParser:
-    """The arguments every script shares: FILE.h5 ..., --out DIR, --band."""
-    p = argparse.ArgumentParser(description=description,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("files", nargs="+", metavar="FILE.h5", help="ordersim trace files (docs/trace-format.md)")
-    p.add_argument("--out", type=Path, required=out_required, metavar="DIR",
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The module docstring as the description, verbatim; defaults shown where there is one."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and "%(default)" not in text \
+                and action.option_strings:
+            text += " (default: %(default)s)"
+        return text
+
+
+def base_parser(module: str, doc: str) -> argparse.ArgumentParser:
+    """An ArgumentParser named ``python -m MODULE`` whose description is the module docstring."""
+    return argparse.ArgumentParser(prog=f"python -m {module}", description=doc, formatter_class=HelpFormatter)
+
+
+def parser(module: str, doc: str, files_help: str = "ordersim trace files (layout: docs/trace-format.md)"
+           ) -> argparse.ArgumentParser:
+    """The arguments every figure script shares: FILE.h5 ..., --out DIR, --band, --dpi."""
+    p = base_parser(module, doc)
+    p.add_argument("files", nargs="+", metavar="FILE.h5", help=files_help)
+    p.add_argument("--out", type=Path, required=True, metavar="DIR",
                    help="directory for the figures (created if missing); each figure as NAME.png and NAME.pdf")
     p.add_argument("--band", choices=("minmax", "std"), default="minmax",
                    help="shaded band over seeds: min-max, or mean +- one standard deviation")
@@ -201,7 +220,10 @@ def with_labels(df, exclude=()):
 
 
 def by_seed(df, x: str, y: str):
-    """Per label: (x values, runs x points array of y; a run is one (file, seed)), aligned on x (NaN where a seed lacks a point)."""
+    """Per label: (x values, runs x points array of y), aligned on x, NaN where a run lacks a point.
+
+    A run is one (file, seed); labels are sorted by orderer (the COLORS order).
+    """
     out = {}
     for lab, g in df.groupby("label", sort=False):
         table = g.pivot_table(index=["file", "seed"], columns=x, values=y, aggfunc="mean", dropna=False)
