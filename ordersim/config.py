@@ -31,8 +31,9 @@ def _help(text: str, **kw):
 class Config:
     problem: str = _help("finite-sum problem by name (see `python -m ordersim problems`) or a path to a "
                          "module following the problem contract", default="logistic")
-    problem_options: dict = _help("problem options as a TOML table / JSON object, e.g. {\"lam\": 1e-3}",
-                                  default_factory=dict)
+    problem_options: dict = _help("problem options as a TOML table / JSON object (every bundled "
+                                  "problem takes lam, its L2 weight; see docs/problems.md)",
+                                  default_factory=lambda: {"lam": 0.01})
     data: str = _help("data spec: sklearn:NAME, synthetic:KIND?key=value&..., libsvm:PATH, csv:PATH, "
                       "npz:PATH, hdf5:PATH", default="sklearn:breast_cancer")
     standardize: bool = _help("standardize every feature to zero mean and unit variance", default=True)
@@ -56,9 +57,9 @@ class Config:
     first_order: str = _help("order of the first epoch: random or identity", default="random")
     workers: int = _help("logical workers m (0 = number of MPI ranks, or 8 in a single process); a "
                          "multiple of the number of ranks", default=0)
-    epochs: int = _help("training epochs T", default=20)
+    epochs: int = _help("training epochs T", default=30)
     batch: int = _help("examples per worker per step b (the per-worker microbatch)", default=1)
-    lr: float = _help("step size (the base value of the schedule)", default=0.05)
+    lr: float = _help("step size (the base value of the schedule)", default=0.3)
     schedule: str = _help(f"step-size schedule: {', '.join(SCHEDULES)} (formulas in docs/simulator.md)",
                           default="constant")
     lr_decay: float = _help("decay factor: step (lr * decay^floor(t/lr_step)), inv-epoch "
