@@ -11,7 +11,8 @@ also writes DIR/fit.csv.
 
 The error of a run is its metric at epoch T (default: the last epoch every completed run reached;
 interrupted and diverged runs are left out with a note). For a variable (m or n), the points are the
-runs whose other settings (n or m, b, lr, problem, data) form the largest sweep of that variable.
+runs whose other settings (n or m, b, lr, problem) form the largest sweep of that variable (the data
+spec may differ: runs/scaling.sh draws m*n synthetic examples per cell).
 """
 
 from __future__ import annotations
@@ -82,11 +83,12 @@ def sweep(errors, variable: str, notes: list | None = None):
     """The rows of the largest sweep over ``variable`` (m or n), the other settings held fixed.
 
     When no sweep holds the other of m and n fixed (e.g. m workers sharing one fixed dataset, so
-    n = N/m), the sweep with only b, lr, problem and data fixed is used, and a note says so.
+    n = N/m), the sweep with only b, lr and problem fixed is used, and a note says so.
     """
     column = VARIABLE_COLUMN[variable]
     other = VARIABLE_COLUMN["n" if variable == "m" else "m"]
-    fixed = [c for c in ("batch", "lr", "problem", "data") if c in errors]
+    # Not the data spec: a sweep over m at fixed n draws a data set of m*n examples per cell.
+    fixed = [c for c in ("batch", "lr", "problem") if c in errors]
     for keys in ([other, *fixed], fixed):
         best = None
         for _, g in errors.groupby(keys, dropna=False) if len(errors) else []:
