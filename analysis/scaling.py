@@ -28,7 +28,7 @@ def plot(df, out, metric="auto", setting="auto", epoch=None, level=0.95, band_ki
     fig.subplots_adjust(hspace=0.45)  # no tight_layout: it would shrink the axes for the outside legends
     for ax, (variable, points) in zip(axes, sweeps.items()):
         column = fit.VARIABLE_COLUMN[variable]
-        points = style.with_labels(points, exclude=tuple(fit.VARIABLE_COLUMN.values()))
+        points = style.with_labels(points, exclude=(*fit.VARIABLE_COLUMN.values(), "data"))
         series = style.by_seed(points, column, "error")
         for lab, (x, values) in series.items():
             g = points[points.label == lab]
