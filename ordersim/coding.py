@@ -1,0 +1,423 @@
+"""Gradient-coding schemes: who computes what, what the server waits for, and what it decodes.
+
+Setting (Tandon et al., ICML 2017; see ../shared/docs/algorithms.md, "Gradient coding"): n_w workers,
+k = n_w data partitions, straggler tolerance s. ``B`` is the (n_w, k) encoding matrix: worker i sends
+f_i = Σ_j B_ij g_j, where g_j is partition j's gradient (a d-vector; in training, the sum of the
+per-example gradients of partition j's examples of that step). Worker i stores the partitions in
+``partitions(i)``; a partition with B_ij ≠ 0 is stored by worker i.
+
+Every scheme answers one question per step::
+
+    result = scheme.step(G, arrival)   # G (k, d) partition gradients at the current model,
+                                       # arrival (n_w,) time each worker's message reaches the server
+    result.gradient    # (d,) the decoded estimate of Σ_j g_j (a sum, not a mean)
+    result.time        # arrival time of the responder that completed decoding
+    result.responded   # bool (n_w,): messages that had arrived by result.time (ties included)
+    result.used        # bool (n_w,): responders with a non-zero decoding coefficient
+    result.weights     # (k, s+1): weight of partition j's gradient computed `age` steps ago
+                       # (column = age) in result.gradient; only column 0 for non-pipelined schemes
+
+Arrival ties are broken by worker index (stable sort). ``load`` is the number of partitions a worker
+computes per step (what a straggler model multiplies its per-partition time by):
+
+| scheme | B | load ℓ | server waits for | decoded gradient |
+|---|---|---|---|---|
+| ``wait-all`` | I | 1 | all n_w | Σ_j g_j |
+| ``ignore-stragglers`` | I | 1 | first n_w − s | (n_w/(n_w−s)) Σ_{i∈I} g_i |
+| ``gc-fr`` | blocks of ones | s+1 | first response of every block (``wait="decodable"``, default) or first n_w − s | Σ_j g_j exactly |
+| ``gc-cr`` | cyclic, random | s+1 | first n_w − s | Σ_j g_j exactly (up to rounding) |
+| ``pgc-fr``, ``pgc-cr`` | as gc-fr / gc-cr | 1 (s+1 at step 0) | first n_w − s (default) | the stale combination below |
+
+ignore-stragglers rescales by n_w/(n_w − s) so that the estimate is unbiased when the set of the
+s slowest workers is uniformly random (i.i.d. times); under persistent stragglers it is biased
+towards the fast workers' partitions, which is the point of comparing it with GC.
+
+Pipelined GC (``pgc-fr``, ``pgc-cr``; arXiv 2607.20739). Worker i's partitions are listed in a
+fixed order P_i = (P_i[0], …, P_i[s]): for CR, P_i[q] = (i + q) mod n_w; for FR, the s+1 partitions
+of its block in increasing order. At step 0 every worker computes all its s+1 partitions (the
+pipeline fill, load s+1). At step t >= 1 worker i computes only position q_i(t) = (t + r_i) mod (s+1)
+of its list at the current model, where r_i = 0 for CR and r_i = i mod (s+1) (its rank in the block)
+for FR, so that every partition is computed by exactly one of its s+1 holders at every step: the
+per-step compute equals uncoded SGD. Worker i keeps the most recent gradient of each of its
+partitions, h_i[j] = g_j(x_{τ_ij}) with τ_ij the last step <= t at which it computed j
+(t − τ_ij <= s), and sends f_i = Σ_j B_ij h_i[j]. Every worker computes every step (a late worker's
+result is late for the server, not lost for the worker). The server decodes with the same
+coefficients as the non-pipelined scheme (aᵀB_I = 1ᵀ), so the decoded vector is
+
+    Σ_{i∈I} a_i Σ_j B_ij g_j(x_{τ_ij})  =  Σ_j Σ_age weights[j, age] · g_j(x_{t−age}),
+
+an affine combination per partition (Σ_age weights[j, age] = 1 for every j). For FR the decoder takes
+the earliest responder of every block (coefficient 1).
+
+CR construction (Tandon et al., Algorithm 2): H is an s × n_w matrix with i.i.d. N(0, 1) entries in
+its first n_w − 1 columns and last column minus their row sums (H·1 = 0); row i of B has support
+{i, …, i+s} mod n_w, B_ii = 1, and the other s entries solve H[:, S_i∖{i}] b = −H[:, i], so every
+row lies in null(H). Any n_w − s rows then span null(H) (dimension n_w − s, almost surely), which
+contains 1, so B_Iᵀ a = 1 is solvable. Decoding solves it by least squares for the responders I,
+checks the residual ‖B_Iᵀ a − 1‖_∞ (DecodingWarning above 1e-8; ValueError above 1e-3: not
+decodable) and warns when cond(B_I) > ``cond_warn`` (default 1e8). At construction, when there are
+at most 5000 responder sets, 10 random codes are drawn and the one with the smallest worst-case
+cond(B_I) over all responder sets is kept (``condition``; a DecodingWarning if even that exceeds
+``cond_warn``): the same random construction, minus its unlucky draws. H is drawn from stream(seed, "straggler", 0, CODE_BLOCK),
+a block index no run's straggler times reach.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from ordersim.streams import stream
+
+CODE_BLOCK = 2 ** 31 - 1  # stream block reserved for code construction
+WAITS = ("decodable", "n-s")
+
+
+class DecodingWarning(RuntimeWarning):
+    """Poorly conditioned or inexact decoding of a gradient code."""
+
+
+@dataclass
+class StepResult:
+    gradient: np.ndarray
+    time: float
+    responded: np.ndarray
+    used: np.ndarray
+    coefficients: np.ndarray
+    weights: np.ndarray
+    load: int
+
+
+def _int(name, value, low):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+class Scheme:
+    """Base: encoding matrix B, the wait rule and the decoding coefficients."""
+
+    name = ""
+    description = ""
+    pipelined = False
+
+    def __init__(self, workers: int, s: int = 0, seed: int = 0):
+        self.workers = _int("workers", workers, 1)
+        self.s = _int("s", s, 0)
+        self.seed = _int("seed", seed, 0)
+        if self.s >= self.workers:
+            raise ValueError(f"{self.name}: s must be < workers ({self.workers}), got {s}")
+        self.k = self.workers  # partitions
+        self.B = np.eye(self.workers)
+        self.load = 1
+
+    # -- structure ------------------------------------------------------------------------------
+    def load_at(self, step: int) -> int:
+        return self.load
+
+    def partitions(self, worker: int) -> np.ndarray:
+        """Partitions stored (and computed, unless pipelined) by ``worker``, in list order."""
+        plist = getattr(self, "plist", None)
+        return plist[worker].copy() if plist is not None else np.flatnonzero(self.B[worker])
+
+    def encode(self, G: np.ndarray) -> np.ndarray:
+        """Every worker's coded message (n_w, d) = B @ G."""
+        return self.B @ G
+
+    # -- decoding -------------------------------------------------------------------------------
+    def needed(self, order: np.ndarray) -> int:
+        """How many of the first responders (``order``: workers by arrival) the decoder needs."""
+        return self.workers - self.s
+
+    def coefficients(self, first: np.ndarray) -> np.ndarray:
+        """Decoding coefficients a (n_w,), zero outside ``first`` (the first responders)."""
+        a = np.zeros(self.workers)
+        a[first] = 1.0
+        return a
+
+    def decode(self, F: np.ndarray, first: np.ndarray) -> np.ndarray:
+        """The decoded vector from the messages F (n_w, d) of the responders ``first``."""
+        a = self.coefficients(np.asarray(first))
+        used = np.flatnonzero(a)
+        return a[used] @ F[used]
+
+    def _arrival_order(self, arrival):
+        arrival = np.asarray(arrival, dtype=np.float64)
+        if arrival.shape != (self.workers,) or not np.all(arrival >= 0) or np.any(np.isnan(arrival)):
+            raise ValueError(f"{self.name}: arrival must be ({self.workers},) times >= 0, got "
+                             f"{arrival.shape}")
+        order = np.argsort(arrival, kind="stable")
+        r = self.needed(order)
+        first = order[:r]
+        t = float(arrival[first[-1]])
+        return arrival, first, t
+
+    def step(self, G: np.ndarray, arrival: np.ndarray, step: int = 0) -> StepResult:
+        G = np.asarray(G, dtype=np.float64)
+        if G.ndim != 2 or G.shape[0] != self.k:
+            raise ValueError(f"{self.name}: G must be (k={self.k}, d), got {G.shape}")
+        arrival, first, t = self._arrival_order(arrival)
+        a = self.coefficients(first)
+        used = a != 0
+        F = self.encode(G)
+        gradient = a[used] @ F[used]
+        weights = np.zeros((self.k, self.s + 1))
+        weights[:, 0] = a @ self.B
+        return StepResult(gradient, t, arrival <= t, used, a, weights, self.load_at(step))
+
+    def step_times(self, arrival: np.ndarray) -> np.ndarray:
+        """Decode times of many steps at once: arrival (T, n_w) -> (T,)."""
+        arrival = np.asarray(arrival, dtype=np.float64)
+        r = self.workers - self.s
+        return np.partition(arrival, r - 1, axis=1)[:, r - 1]
+
+    def __repr__(self):
+        return f"{type(self).__name__}(workers={self.workers}, s={self.s}, load={self.load})"
+
+
+class WaitAll(Scheme):
+    name = "wait-all"
+    description = "plain synchronous SGD: wait for every worker"
+
+    def __init__(self, workers, s=0, seed=0):
+        super().__init__(workers, 0, seed)  # tolerates no straggler whatever s says
+
+    def step_times(self, arrival):
+        return np.max(arrival, axis=1)
+
+
+class IgnoreStragglers(Scheme):
+    name = "ignore-stragglers"
+    description = "use the first n_w - s responders' own gradients, rescaled by n_w/(n_w - s)"
+
+    def coefficients(self, first):
+        a = np.zeros(self.workers)
+        a[first] = self.workers / len(first)
+        return a
+
+
+def _fr_matrix(workers, s):
+    if workers % (s + 1):
+        raise ValueError(f"fractional repetition needs (s+1) | workers, got workers={workers}, s={s}")
+    groups = np.arange(workers) // (s + 1)
+    return (groups[:, None] == groups[None, :]).astype(np.float64), groups
+
+
+def _cr_matrix(workers, s, rng):
+    n = workers
+    H = np.empty((s, n))
+    H[:, :n - 1] = rng.standard_normal((s, n - 1))
+    H[:, n - 1] = -H[:, :n - 1].sum(axis=1)
+    B = np.zeros((n, n))
+    for i in range(n):
+        support = (i + np.arange(s + 1)) % n
+        B[i, i] = 1.0
+        if s:
+            B[i, support[1:]] = np.linalg.solve(H[:, support[1:]], -H[:, i])
+    return B, H
+
+
+class _FRDecoder:
+    """FR decoding: the earliest responder of every block, coefficient 1."""
+
+    def _init_fr(self, wait):
+        if wait not in WAITS:
+            raise ValueError(f"{self.name}: wait must be one of {WAITS}, got {wait!r}")
+        self.wait = wait
+        self.B, self.groups = _fr_matrix(self.workers, self.s)
+        self.n_groups = self.workers // (self.s + 1)
+
+    def needed(self, order):
+        if self.wait == "n-s":
+            return self.workers - self.s
+        seen = np.zeros(self.n_groups, dtype=bool)
+        for r, i in enumerate(order):
+            seen[self.groups[i]] = True
+            if seen.all():
+                return r + 1
+        raise AssertionError("unreachable")
+
+    def coefficients(self, first):
+        a = np.zeros(self.workers)
+        seen = set()
+        for i in first:  # in arrival order
+            g = self.groups[i]
+            if g not in seen:
+                seen.add(g)
+                a[i] = 1.0
+        if len(seen) != self.n_groups:
+            raise ValueError(f"{self.name}: responders {sorted(map(int, first))} miss a block; not decodable")
+        return a
+
+    def step_times(self, arrival):
+        arrival = np.asarray(arrival, dtype=np.float64)
+        if self.wait == "n-s":
+            return Scheme.step_times(self, arrival)
+        T = arrival.shape[0]
+        return arrival.reshape(T, self.n_groups, self.s + 1).min(axis=2).max(axis=1)
+
+
+class _CRDecoder:
+    """CR decoding: solve B_Iᵀ a = 1 for the responders I."""
+
+    def _init_cr(self, cond_warn, check_limit=5000, tries=10):
+        self.cond_warn = float(cond_warn)
+        self._cache: dict[bytes, np.ndarray] = {}
+        rng = stream(self.seed, "straggler", 0, CODE_BLOCK)
+        self.B, self.H = _cr_matrix(self.workers, self.s, rng)
+        self.condition = math.nan  # worst cond(B_I) over all responder sets, when enumerated
+        if math.comb(self.workers, self.s) <= check_limit and self.s:
+            self.condition = self.worst_condition()
+            for _ in range(tries - 1):
+                B, H = _cr_matrix(self.workers, self.s, rng)
+                cond = self.worst_condition(B)
+                if cond < self.condition:
+                    self.B, self.H, self.condition = B, H, cond
+            if self.condition > self.cond_warn:
+                warnings.warn(f"{self.name}: best of {tries} random codes has worst cond(B_I) = "
+                              f"{self.condition:.3g}", DecodingWarning, stacklevel=3)
+
+    def worst_condition(self, B=None) -> float:
+        """max over every responder set I of size n_w − s of cond(B_I)."""
+        B = self.B if B is None else B
+        r = self.workers - self.s
+        return max(np.linalg.cond(B[list(I)]) for I in itertools.combinations(range(self.workers), r))
+
+    def coefficients(self, first):
+        first = np.asarray(first)
+        key = np.sort(first).tobytes()
+        if key not in self._cache:
+            BI = self.B[first]
+            sol, *_ = np.linalg.lstsq(BI.T, np.ones(self.k), rcond=None)
+            residual = float(np.max(np.abs(BI.T @ sol - 1.0)))
+            cond = float(np.linalg.cond(BI))
+            if residual > 1e-3:
+                raise ValueError(f"{self.name}: responders {sorted(map(int, first))} cannot decode "
+                                 f"(residual {residual:.3g})")
+            if residual > 1e-8 or cond > self.cond_warn:
+                warnings.warn(f"{self.name}: decoding from workers {sorted(map(int, first))}: "
+                              f"cond(B_I) = {cond:.3g}, residual {residual:.3g}", DecodingWarning,
+                              stacklevel=3)
+            a = np.zeros(self.workers)
+            a[first] = sol
+            self._cache[key] = a
+        return self._cache[key]
+
+
+class GCFR(_FRDecoder, Scheme):
+    name = "gc-fr"
+    description = "gradient coding, fractional repetition (needs (s+1) | workers)"
+
+    def __init__(self, workers, s=1, seed=0, wait="decodable"):
+        super().__init__(workers, s, seed)
+        self._init_fr(wait)
+        self.load = self.s + 1
+
+
+class GCCR(_CRDecoder, Scheme):
+    name = "gc-cr"
+    description = "gradient coding, cyclic repetition (random construction, least-squares decoding)"
+
+    def __init__(self, workers, s=1, seed=0, cond_warn=1e8):
+        super().__init__(workers, s, seed)
+        self._init_cr(cond_warn)
+        self.load = self.s + 1
+
+
+class _Pipelined:
+    """Pipelined GC state: h[i, q] = worker i's latest gradient of partition P_i[q], computed at
+    step stamp[i, q]."""
+
+    pipelined = True
+
+    def _init_pipeline(self, plist, offsets):
+        s1 = self.s + 1
+        self.plist = plist  # (n_w, s+1): P_i[q]
+        self.offsets = offsets
+        self.h = None
+        self.stamp = np.full((self.workers, s1), -1, dtype=np.int64)
+        self.load = 1
+        self.last_step = -1
+
+    def load_at(self, step):
+        return self.s + 1 if step == 0 else 1
+
+    def computes(self, step: int) -> np.ndarray:
+        """(n_w, s+1) bool: which list positions every worker computes at ``step``."""
+        s1 = self.s + 1
+        if step == 0:
+            return np.ones((self.workers, s1), dtype=bool)
+        q = (step + self.offsets) % s1
+        return np.arange(s1)[None, :] == q[:, None]
+
+    def reset(self):
+        self.h = None
+        self.stamp[:] = -1
+        self.last_step = -1
+
+    def step(self, G, arrival, step):
+        G = np.asarray(G, dtype=np.float64)
+        if G.ndim != 2 or G.shape[0] != self.k:
+            raise ValueError(f"{self.name}: G must be (k={self.k}, d), got {G.shape}")
+        if step != self.last_step + 1:
+            raise ValueError(f"{self.name}: steps must come in order; expected {self.last_step + 1}, got {step}")
+        self.last_step = step
+        if self.h is None:
+            self.h = np.zeros((self.workers, self.s + 1, G.shape[1]))
+        mask = self.computes(step)
+        rows, cols = np.nonzero(mask)
+        self.h[rows, cols] = G[self.plist[rows, cols]]
+        self.stamp[rows, cols] = step
+        arrival, first, t = self._arrival_order(arrival)
+        a = self.coefficients(first)
+        used = np.flatnonzero(a)
+        coef = self.B[used[:, None], self.plist[used]]  # (|used|, s+1): B_ij of each list entry
+        F = np.einsum("uq,uqd->ud", coef, self.h[used])  # the coded messages of the used workers
+        gradient = a[used] @ F
+        weights = np.zeros((self.k, self.s + 1))
+        ages = step - self.stamp[used]
+        np.add.at(weights, (self.plist[used], ages), a[used][:, None] * coef)
+        return StepResult(gradient, t, arrival <= t, a != 0, a, weights, self.load_at(step))
+
+
+class PipelinedFR(_Pipelined, _FRDecoder, Scheme):
+    name = "pgc-fr"
+    description = "pipelined GC, fractional repetition: one partition per worker per step, stale sums"
+
+    def __init__(self, workers, s=1, seed=0, wait="n-s"):
+        Scheme.__init__(self, workers, s, seed)
+        self._init_fr(wait)
+        self._init_pipeline(np.stack([self.partitions(i) for i in range(self.workers)]),
+                            np.arange(self.workers) % (self.s + 1))
+
+
+class PipelinedCR(_Pipelined, _CRDecoder, Scheme):
+    name = "pgc-cr"
+    description = "pipelined GC, cyclic repetition: one partition per worker per step, stale sums"
+
+    def __init__(self, workers, s=1, seed=0, cond_warn=1e8):
+        Scheme.__init__(self, workers, s, seed)
+        self._init_cr(cond_warn)
+        cyclic = (np.arange(self.workers)[:, None] + np.arange(self.s + 1)[None, :]) % self.workers
+        self._init_pipeline(cyclic, np.zeros(self.workers, dtype=np.int64))
+
+
+SCHEMES: dict[str, type[Scheme]] = {
+    cls.name: cls for cls in (WaitAll, IgnoreStragglers, GCFR, GCCR, PipelinedFR, PipelinedCR)
+}
+
+
+def make_scheme(name: str, workers: int, s: int = 0, seed: int = 0, **options) -> Scheme:
+    if name not in SCHEMES:
+        raise ValueError(f"unknown coding scheme {name!r}; known: {', '.join(SCHEMES)}")
+    try:
+        return SCHEMES[name](workers, s, seed, **options)
+    except TypeError as err:
+        raise ValueError(f"{name}: {err}") from None
+
+
+__all__ = ["CODE_BLOCK", "SCHEMES", "DecodingWarning", "Scheme", "StepResult", "make_scheme"]

@@ -1,0 +1,450 @@
+"""Simulated worker times on a virtual clock: straggler models and a communication model.
+
+Nothing here sleeps. A straggler model answers "how long does worker i need for its computation
+at step t with load ℓ?" (ℓ = number of data partitions it computes that step, see
+ordersim.coding), all workers at once, as a float64 array of seconds:
+
+    model = make_straggler_model("shifted-exp", workers=12, seed=0, a=1.0, mu=1.0)
+    model.times(step=5, load=3)            # (12,)  one step
+    model.times_block(0, 1000, load=1)     # (1000, 12)  steps 0..999
+
+Every model writes a worker's time as ``load * base + extra`` with ``base`` and ``extra`` drawn per
+worker: ``base`` is the per-partition compute time, ``extra`` a delay that does not scale with the
+load (zero unless the model says otherwise).
+
+Seeding and rank-count invariance. Worker i's draws for steps ``k*BLOCK .. (k+1)*BLOCK - 1`` come
+from ``stream(seed, "straggler", i, k)`` (one generator per worker and block of BLOCK = 256 steps,
+the block index in the stream's ``epoch`` slot), vectorized over the block. They therefore depend
+only on (seed, worker, step): not on the MPI rank count, not on the other workers, and not on the
+order in which steps are asked for. Every rank can compute every worker's times (the server logic
+of a coding scheme needs all of them). The bursty model adds one deterministic pass over steps
+that couples the workers (its window constraint); it too depends only on (seed, workers, step).
+
+Communication (``CommModel``): sending ``nbytes`` takes ``latency + nbytes / bandwidth`` seconds
+(bandwidth in bytes per second; ``bandwidth = inf`` means free transfer). A step of
+``StragglerClock`` costs: broadcast of the model to every worker (one message of ``8·d`` bytes,
+the same for all), then each worker's compute time plus its upload of one coded vector (``8·d``
+bytes); the server decodes when the responder that completes decoding has arrived. So
+
+    step time = comm(8·d) + t_decode,   t_decode = time of that responder's compute + comm(8·d).
+
+Models (``STRAGGLER_MODELS``; parameters in each class docstring): ``constant``, ``shifted-exp``,
+``persistent``, ``bernoulli``, ``bursty``, ``trace``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ordersim.streams import stream
+
+BLOCK = 256  # steps per per-worker random block
+
+
+def _positive(name, value, allow_zero=False, allow_inf=False):
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    ok = ok and not math.isnan(value) and (value >= 0 if allow_zero else value > 0)
+    ok = ok and (allow_inf or math.isfinite(value))
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a {'' if allow_inf else 'finite '}number {bound}, got {value!r}")
+    return float(value)
+
+
+class StragglerModel:
+    """Base class: per-worker, per-block draws of (base, extra); subclasses set ``name`` and
+    implement ``_worker_block(worker, rng, length) -> (base, extra)`` (1-D arrays of ``length``)."""
+
+    name = ""
+    description = ""
+
+    def __init__(self, workers: int, seed: int = 0):
+        if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+            raise ValueError(f"{self.name}: workers must be an integer >= 1, got {workers!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"{self.name}: seed must be an integer >= 0, got {seed!r}")
+        self.workers, self.seed = int(workers), int(seed)
+        self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    # -- subclasses -----------------------------------------------------------------------------
+    def _worker_block(self, worker: int, rng: np.random.Generator, length: int):
+        raise NotImplementedError
+
+    def _block(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(base, extra), each (BLOCK, workers), of steps k*BLOCK .. (k+1)*BLOCK - 1."""
+        if k not in self._cache:
+            base = np.empty((BLOCK, self.workers))
+            extra = np.zeros((BLOCK, self.workers))
+            for w in range(self.workers):
+                base[:, w], extra[:, w] = self._worker_block(w, stream(self.seed, "straggler", w, k), BLOCK)
+            if len(self._cache) >= 8:  # steps are asked for in order; keep a few blocks
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[k] = (base, extra)
+        return self._cache[k]
+
+    # -- public ---------------------------------------------------------------------------------
+    def draw(self, first: int, steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """(base, extra), each (steps, workers), for steps first .. first+steps-1."""
+        if first < 0 or steps < 0:
+            raise ValueError(f"{self.name}: steps must be >= 0, got first={first}, steps={steps}")
+        base = np.empty((steps, self.workers))
+        extra = np.empty((steps, self.workers))
+        pos = first
+        while pos < first + steps:
+            k, off = divmod(pos, BLOCK)
+            take = min(BLOCK - off, first + steps - pos)
+            b, e = self._block(k)
+            base[pos - first:pos - first + take] = b[off:off + take]
+            extra[pos - first:pos - first + take] = e[off:off + take]
+            pos += take
+        return base, extra
+
+    def times_block(self, first: int, steps: int, load=1.0) -> np.ndarray:
+        """Compute times (steps, workers): load * base + extra. ``load`` is a number or a
+        per-worker array (workers,)."""
+        base, extra = self.draw(first, steps)
+        return np.asarray(load, dtype=np.float64) * base + extra
+
+    def times(self, step: int, load=1.0) -> np.ndarray:
+        """Compute times (workers,) of every worker at one step."""
+        return self.times_block(step, 1, load)[0]
+
+    def __repr__(self):
+        params = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}(workers={self.workers}, seed={self.seed}, {params})"
+
+    def params(self) -> dict:
+        return {}
+
+
+class Constant(StragglerModel):
+    """No stragglers: every worker takes ``load * a`` (a > 0, seconds per partition)."""
+
+    name = "constant"
+    description = "no randomness: time load * a for every worker"
+
+    def __init__(self, workers, seed=0, a=1.0):
+        super().__init__(workers, seed)
+        self.a = _positive("a", a)
+
+    def _worker_block(self, worker, rng, length):
+        return np.full(length, self.a), np.zeros(length)
+
+    def params(self):
+        return dict(a=self.a)
+
+
+class ShiftedExponential(StragglerModel):
+    """Shifted exponential: time = ℓ·(a + E), E ~ Exp(rate μ) i.i.d. over workers and steps.
+
+    a >= 0 is the deterministic time per partition, μ > 0 the rate (mean of E is 1/μ). With load ℓ
+    the whole time scales (Lee et al. / Tandon et al.'s model), so the k-th fastest of n workers
+    has E[T_(k:n)] = ℓ·(a + (H_n − H_{n−k})/μ).
+    """
+
+    name = "shifted-exp"
+    description = "load * (a + Exp(mu)) for every worker"
+
+    def __init__(self, workers, seed=0, a=1.0, mu=1.0):
+        super().__init__(workers, seed)
+        self.a = _positive("a", a, allow_zero=True)
+        self.mu = _positive("mu", mu)
+
+    def _worker_block(self, worker, rng, length):
+        return self.a + rng.exponential(1.0 / self.mu, length), np.zeros(length)
+
+    def params(self):
+        return dict(a=self.a, mu=self.mu)
+
+
+class PersistentStragglers(ShiftedExponential):
+    """Shifted exponential for everyone, plus an additive delay D ~ Exp(mean ``delay``) on the
+    workers listed in ``stragglers`` (the same workers every step): time = ℓ·(a + E) + D. The
+    delay does not scale with the load (a slow link or a shared, busy machine)."""
+
+    name = "persistent"
+    description = "shifted exponential plus Exp(delay) added on a fixed subset of workers"
+
+    def __init__(self, workers, seed=0, a=1.0, mu=1.0, stragglers=(0,), delay=5.0):
+        super().__init__(workers, seed, a, mu)
+        self.delay = _positive("delay", delay)
+        self.stragglers = tuple(sorted({int(w) for w in stragglers}))
+        if any(w < 0 or w >= self.workers for w in self.stragglers):
+            raise ValueError(f"persistent: stragglers must be worker ids in 0..{self.workers - 1}, "
+                             f"got {list(stragglers)}")
+
+    def _worker_block(self, worker, rng, length):
+        base, _ = super()._worker_block(worker, rng, length)
+        extra = rng.exponential(self.delay, length) if worker in self.stragglers else np.zeros(length)
+        return base, extra
+
+    def params(self):
+        return dict(a=self.a, mu=self.mu, stragglers=list(self.stragglers), delay=self.delay)
+
+
+class BernoulliStragglers(ShiftedExponential):
+    """Every worker straggles independently with probability p at every step; a straggler's time
+    is multiplied by ``slowdown`` >= 1: time = ℓ·(a + E)·(slowdown if straggling else 1)."""
+
+    name = "bernoulli"
+    description = "shifted exponential, each worker slowed down by a factor with probability p per step"
+
+    def __init__(self, workers, seed=0, a=1.0, mu=1.0, p=0.1, slowdown=10.0):
+        super().__init__(workers, seed, a, mu)
+        if not 0 <= p <= 1:
+            raise ValueError(f"bernoulli: p must be in [0, 1], got {p!r}")
+        self.p = float(p)
+        self.slowdown = _positive("slowdown", slowdown)
+        if self.slowdown < 1:
+            raise ValueError(f"bernoulli: slowdown must be >= 1, got {slowdown!r}")
+
+    def _worker_block(self, worker, rng, length):
+        base, _ = super()._worker_block(worker, rng, length)
+        slow = rng.random(length) < self.p
+        return np.where(slow, base * self.slowdown, base), np.zeros(length)
+
+    def params(self):
+        return dict(a=self.a, mu=self.mu, p=self.p, slowdown=self.slowdown)
+
+
+class BurstyStragglers(ShiftedExponential):
+    """Two-state bursty stragglers, conforming to the (B, W, λ)-bursty straggler model.
+
+    Every worker is in one of two states at every step: *normal* (time ℓ·(a + E)) or *straggling*
+    (time ℓ·(a + E)·slowdown). A straggling episode (a *burst*) is a run of consecutive straggling
+    steps of one worker. The parameters mean exactly:
+
+    - B (int >= 1): the longest burst, in steps; a burst's length is uniform on 1..B.
+    - W (int >= B): the window length, in steps. In every window of W consecutive steps each worker
+      has at most one burst (its straggling steps in the window are consecutive, at most B of them).
+    - λ (``lam``, int >= 0): in every window of W consecutive steps at most λ distinct workers
+      straggle.
+    - ``p_start``: the probability that a normal worker that may start a burst (without breaking
+      the two window rules) starts one at a given step.
+
+    (This is the (B, W, λ) model of sequential gradient coding, Krishnan, Ebrahimi and Khisti,
+    ICLR 2023, as we read it, made generative by the Bernoulli(p_start) burst starts.)
+
+    Generation is per step, workers in index order: worker i (normal at step t) draws u < p_start
+    and a length L from its own stream; the burst [t, t+L-1] is accepted iff worker i's previous
+    burst ended at a step <= t − W, and fewer than λ other workers have straggling steps (already
+    decided, past or future) in [t − W + 1, t + L + W − 2], the steps that share a window with the
+    new burst. The last burst added to any window has seen all others in it, so both rules hold
+    for every window. The acceptance pass carries state from step to step, so steps are generated
+    in order (asking for step t generates 0..t once; the flags are kept).
+    """
+
+    name = "bursty"
+    description = "two-state bursty stragglers obeying the (B, W, lambda) window rules"
+
+    def __init__(self, workers, seed=0, a=1.0, mu=1.0, B=2, W=8, lam=1, p_start=0.05, slowdown=10.0):
+        super().__init__(workers, seed, a, mu)
+        for name, value, low in (("B", B, 1), ("W", W, 1), ("lam", lam, 0)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"bursty: {name} must be an integer >= {low}, got {value!r}")
+        if W < B:
+            raise ValueError(f"bursty: W must be >= B, got W={W}, B={B}")
+        if not 0 <= p_start <= 1:
+            raise ValueError(f"bursty: p_start must be in [0, 1], got {p_start!r}")
+        self.B, self.W, self.lam, self.p_start = int(B), int(W), int(lam), float(p_start)
+        self.slowdown = _positive("slowdown", slowdown)
+        if self.slowdown < 1:
+            raise ValueError(f"bursty: slowdown must be >= 1, got {slowdown!r}")
+        self._flags = np.zeros((0, self.workers), dtype=bool)  # straggling[t, i], decided so far
+        self._done = 0  # steps whose burst starts were decided
+        self._last_end = np.full(self.workers, -10 ** 9, dtype=np.int64)
+        self._raw: dict[int, tuple] = {}
+
+    def _worker_raw(self, worker, rng, length):
+        """Per-partition times, burst-start uniforms and burst lengths of one worker's block."""
+        base, _ = super()._worker_block(worker, rng, length)
+        return base, rng.random(length), rng.integers(1, self.B + 1, length)
+
+    def _raw_block(self, k):
+        if k not in self._raw:
+            base = np.empty((BLOCK, self.workers))
+            u = np.empty((BLOCK, self.workers))
+            lengths = np.empty((BLOCK, self.workers), dtype=np.int64)
+            for w in range(self.workers):
+                base[:, w], u[:, w], lengths[:, w] = self._worker_raw(
+                    w, stream(self.seed, "straggler", w, k), BLOCK)
+            if len(self._raw) >= 8:
+                self._raw.pop(next(iter(self._raw)))
+            self._raw[k] = (base, u, lengths)
+        return self._raw[k]
+
+    def _decide(self, upto):
+        """Decide burst starts of every step < upto."""
+        need = upto + self.B + self.W
+        if self._flags.shape[0] < need:
+            grown = np.zeros((max(need, 2 * self._flags.shape[0]), self.workers), dtype=bool)
+            grown[:self._flags.shape[0]] = self._flags
+            self._flags = grown
+        W = self.W
+        while self._done < upto:
+            t = self._done
+            _, u, lengths = self._raw_block(t // BLOCK)
+            row = t % BLOCK
+            for i in np.flatnonzero(u[row] < self.p_start):
+                if self._flags[t, i] or self._last_end[i] > t - W:
+                    continue
+                L = int(lengths[row, i])
+                lo, hi = max(0, t - W + 1), t + L + W - 1  # steps sharing a window with the burst
+                others = self._flags[lo:hi].any(axis=0)
+                others[i] = False
+                if others.sum() >= self.lam:
+                    continue
+                self._flags[t:t + L, i] = True
+                self._last_end[i] = t + L - 1
+            self._done += 1
+
+    def straggling(self, first, steps) -> np.ndarray:
+        """bool (steps, workers): which workers straggle at steps first .. first+steps-1."""
+        self._decide(first + steps)
+        return self._flags[first:first + steps].copy()
+
+    def draw(self, first, steps):
+        if first < 0 or steps < 0:
+            raise ValueError(f"bursty: steps must be >= 0, got first={first}, steps={steps}")
+        base = np.empty((steps, self.workers))
+        pos = first
+        while pos < first + steps:
+            k, off = divmod(pos, BLOCK)
+            take = min(BLOCK - off, first + steps - pos)
+            base[pos - first:pos - first + take] = self._raw_block(k)[0][off:off + take]
+            pos += take
+        slow = self.straggling(first, steps)
+        return np.where(slow, base * self.slowdown, base), np.zeros((steps, self.workers))
+
+    def params(self):
+        return dict(a=self.a, mu=self.mu, B=self.B, W=self.W, lam=self.lam, p_start=self.p_start,
+                    slowdown=self.slowdown)
+
+
+class TraceReplay(StragglerModel):
+    """Replay recorded per-partition compute times: a (steps, workers) array of seconds, given as
+    ``times=`` or read from ``path`` (``.csv``: comma-separated, ``#`` comments, one row per step;
+    ``.npz``: the array ``times``, or the only array in the file). Worker i's time at step t is
+    ``load * trace[t mod steps, i]``: the trace is taken as unit-load times and wraps around
+    (``wrap=False`` makes stepping past its end an error). No randomness; ``seed`` is unused."""
+
+    name = "trace"
+    description = "replay a recorded (steps, workers) table of times (CSV or NPZ)"
+
+    def __init__(self, workers, seed=0, path=None, times=None, wrap=True):
+        super().__init__(workers, seed)
+        if (path is None) == (times is None):
+            raise ValueError("trace: give exactly one of path= and times=")
+        if path is not None:
+            times = load_trace(path)
+        times = np.asarray(times, dtype=np.float64)
+        if times.ndim != 2 or times.shape[0] < 1:
+            raise ValueError(f"trace: times must be a (steps, workers) table, got shape {times.shape}")
+        if times.shape[1] != self.workers:
+            raise ValueError(f"trace: the trace has {times.shape[1]} workers (columns), the run has "
+                             f"{self.workers}")
+        if not np.all(np.isfinite(times)) or np.any(times < 0):
+            raise ValueError("trace: times must be finite and >= 0")
+        self.path, self.trace, self.wrap = path, times, bool(wrap)
+
+    def draw(self, first, steps):
+        if first < 0 or steps < 0:
+            raise ValueError(f"trace: steps must be >= 0, got first={first}, steps={steps}")
+        n = self.trace.shape[0]
+        if not self.wrap and first + steps > n:
+            raise ValueError(f"trace: step {first + steps - 1} is past the trace's {n} steps (wrap=False)")
+        rows = np.arange(first, first + steps) % n
+        return self.trace[rows], np.zeros((steps, self.workers))
+
+    def params(self):
+        return dict(path=self.path, steps=self.trace.shape[0], wrap=self.wrap)
+
+
+def load_trace(path: str) -> np.ndarray:
+    """A (steps, workers) float64 table from a .csv or .npz file."""
+    path = str(path)
+    if path.endswith(".npz"):
+        with np.load(path) as data:
+            if "times" in data.files:
+                return np.asarray(data["times"], dtype=np.float64)
+            if len(data.files) == 1:
+                return np.asarray(data[data.files[0]], dtype=np.float64)
+            raise ValueError(f"trace: {path} has arrays {data.files}; name the table 'times'")
+    if path.endswith(".csv"):
+        return np.atleast_2d(np.loadtxt(path, delimiter=",", comments="#", dtype=np.float64))
+    raise ValueError(f"trace: {path!r} is neither .csv nor .npz")
+
+
+STRAGGLER_MODELS: dict[str, type[StragglerModel]] = {
+    cls.name: cls for cls in (Constant, ShiftedExponential, PersistentStragglers, BernoulliStragglers,
+                              BurstyStragglers, TraceReplay)
+}
+
+
+def make_straggler_model(name: str, workers: int, seed: int = 0, **params) -> StragglerModel:
+    if name not in STRAGGLER_MODELS:
+        raise ValueError(f"unknown straggler model {name!r}; known: {', '.join(STRAGGLER_MODELS)}")
+    try:
+        return STRAGGLER_MODELS[name](workers, seed, **params)
+    except TypeError as err:  # unknown parameter name
+        raise ValueError(f"{name}: {err}") from None
+
+
+@dataclass(frozen=True)
+class CommModel:
+    """Time to send one message of ``nbytes``: ``latency + nbytes / bandwidth`` seconds.
+
+    ``latency`` >= 0 seconds, ``bandwidth`` > 0 bytes per second (``inf``: transfer is free). The
+    default is free communication, so step times are pure compute times."""
+
+    latency: float = 0.0
+    bandwidth: float = math.inf
+
+    def __post_init__(self):
+        _positive("latency", self.latency, allow_zero=True)
+        _positive("bandwidth", self.bandwidth, allow_inf=True)
+
+    def time(self, nbytes: float) -> float:
+        return self.latency + (0.0 if math.isinf(self.bandwidth) else nbytes / self.bandwidth)
+
+
+@dataclass
+class StragglerClock:
+    """The virtual clock of one run: draws the workers' times, lets a coding scheme (see
+    ordersim.coding) decide who is waited for, and accumulates simulated time.
+
+    ``advance(step, partition_grads)`` returns the scheme's StepResult and adds
+    ``comm(8 d) + result.time`` to ``now``. ``result.time`` already includes each worker's upload,
+    since the arrival time of worker i is compute_i + comm(8 d)."""
+
+    model: StragglerModel
+    scheme: object  # an ordersim.coding.Scheme
+    dim: int
+    comm: CommModel = field(default_factory=CommModel)
+    now: float = 0.0
+    history: list = field(default_factory=list)  # (step, step_time, load) per advanced step
+
+    def __post_init__(self):
+        if self.model.workers != self.scheme.workers:
+            raise ValueError(f"straggler model has {self.model.workers} workers, scheme "
+                             f"{self.scheme.workers}")
+
+    def arrivals(self, step: int) -> np.ndarray:
+        """Arrival times at the server of every worker's message of step ``step`` (from the
+        moment the workers received the model)."""
+        load = self.scheme.load_at(step)
+        return self.model.times(step, load) + self.comm.time(8 * self.dim)
+
+    def advance(self, step: int, partition_grads: np.ndarray):
+        result = self.scheme.step(partition_grads, self.arrivals(step), step)
+        elapsed = self.comm.time(8 * self.dim) + result.time
+        self.now += elapsed
+        self.history.append((step, elapsed, self.scheme.load_at(step)))
+        return result
+
+
+__all__ = ["BLOCK", "STRAGGLER_MODELS", "CommModel", "StragglerClock", "StragglerModel",
+           "load_trace", "make_straggler_model"]

@@ -1,0 +1,208 @@
+"""Gradient-coding schemes against plain NumPy references (ordersim/coding.py docstring)."""
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+
+from ordersim.coding import SCHEMES, DecodingWarning, make_scheme
+
+
+def arrivals_with_first(n, first, rng):
+    """Arrival times whose earliest responders are exactly `first`, in that order."""
+    t = np.empty(n)
+    t[list(first)] = np.arange(len(first)) * 0.1 + 0.1
+    rest = [i for i in range(n) if i not in set(first)]
+    t[rest] = 10.0 + rng.random(len(rest))
+    return t
+
+
+def rel_err(x, ref):
+    return np.linalg.norm(x - ref) / np.linalg.norm(ref)
+
+
+@pytest.mark.parametrize("name,n,s", [("gc-fr", 4, 1), ("gc-fr", 6, 2), ("gc-fr", 6, 1), ("gc-fr", 8, 3),
+                                      ("gc-cr", 4, 1), ("gc-cr", 5, 2), ("gc-cr", 6, 2), ("gc-cr", 7, 3),
+                                      ("gc-cr", 8, 3)])
+def test_gc_decodes_full_sum_for_every_responder_set(name, n, s):
+    rng = np.random.default_rng(n * 10 + s)
+    scheme = make_scheme(name, n, s, seed=1, **({"wait": "n-s"} if name == "gc-fr" else {}))
+    assert scheme.load == s + 1
+    G = rng.standard_normal((n, 5)) * rng.uniform(0.1, 10, (n, 1))
+    full = G.sum(axis=0)
+    for I in itertools.combinations(range(n), n - s):
+        first = list(rng.permutation(I))
+        r = scheme.step(G, arrivals_with_first(n, first, rng))
+        assert rel_err(r.gradient, full) < 1e-10, I
+        assert sorted(np.flatnonzero(r.responded)) == sorted(I)
+        assert r.time == pytest.approx(0.1 * (n - s))
+        # the NumPy reference: any a with a^T B_I = 1^T gives the full sum from the coded messages
+        F = scheme.B @ G
+        a = r.coefficients
+        assert set(np.flatnonzero(a)) <= set(I)
+        np.testing.assert_allclose(a @ scheme.B, np.ones(n), atol=1e-9)
+        assert rel_err(a @ F, full) < 1e-10
+
+
+@pytest.mark.parametrize("n,s", [(5, 1), (6, 2), (7, 3)])
+def test_cr_construction_follows_tandon(n, s):
+    scheme = make_scheme("gc-cr", n, s, seed=3)
+    B, H = scheme.B, scheme.H
+    np.testing.assert_allclose(H @ np.ones(n), 0, atol=1e-12)
+    np.testing.assert_allclose(H @ B.T, 0, atol=1e-10)  # every row of B in null(H)
+    for i in range(n):
+        support = set(np.flatnonzero(np.abs(B[i]) > 0))
+        assert support == {(i + q) % n for q in range(s + 1)}
+        assert B[i, i] == 1.0
+        assert list(scheme.partitions(i)) == sorted(support)
+    assert scheme.worst_condition() < 1e8
+    # same seed, same code; another seed, another code
+    np.testing.assert_array_equal(make_scheme("gc-cr", n, s, seed=3).B, B)
+    assert not np.allclose(make_scheme("gc-cr", n, s, seed=4).B, B)
+
+
+def test_fr_decodes_at_first_response_of_every_block():
+    n, s = 6, 2  # blocks {0,1,2}, {3,4,5}
+    scheme = make_scheme("gc-fr", n, s)
+    rng = np.random.default_rng(0)
+    G = rng.standard_normal((n, 3))
+    t = np.array([5.0, 1.0, 6.0, 7.0, 8.0, 2.0])
+    r = scheme.step(G, t)
+    assert r.time == 2.0
+    assert list(np.flatnonzero(r.responded)) == [1, 5] == list(np.flatnonzero(r.used))
+    assert rel_err(r.gradient, G.sum(0)) < 1e-12
+    np.testing.assert_array_equal(scheme.step_times(t[None]), [2.0])
+    with pytest.raises(ValueError, match=r"\(s\+1\) \| workers"):
+        make_scheme("gc-fr", 7, 2)
+
+
+def test_wait_all_and_ignore_stragglers_against_numpy():
+    n, s = 7, 2
+    rng = np.random.default_rng(1)
+    G = rng.standard_normal((n, 4))
+    t = rng.random(n)
+    r = make_scheme("wait-all", n, s).step(G, t)
+    np.testing.assert_allclose(r.gradient, G.sum(0), rtol=1e-12)
+    assert r.time == t.max() and r.responded.all() and r.load == 1
+    r = make_scheme("ignore-stragglers", n, s).step(G, t)
+    fastest = np.argsort(t)[:n - s]
+    np.testing.assert_allclose(r.gradient, n / (n - s) * G[fastest].sum(0), rtol=1e-12)
+    assert r.time == np.sort(t)[n - s - 1]
+    assert sorted(np.flatnonzero(r.used)) == sorted(fastest)
+    np.testing.assert_allclose(r.weights[:, 0], np.where(np.isin(np.arange(n), fastest), n / (n - s), 0))
+
+
+def test_ties_broken_by_worker_index():
+    r = make_scheme("ignore-stragglers", 4, 1).step(np.eye(4), np.ones(4))
+    assert list(np.flatnonzero(r.used)) == [0, 1, 2]
+    assert r.responded.all()  # every message had arrived by the decode time
+
+
+@pytest.mark.parametrize("name", list(SCHEMES))
+def test_step_times_match_step(name):
+    n, s = 6, 2
+    scheme = make_scheme(name, n, s, seed=0)
+    rng = np.random.default_rng(2)
+    T = rng.exponential(1.0, (40, n))
+    G = rng.standard_normal((n, 2))
+    times = [scheme.step(G, T[t], t).time for t in range(40)]
+    np.testing.assert_array_equal(scheme.step_times(T), times)
+
+
+def reference_pipelined(scheme_name, n, s, Gs, arrivals, seed):
+    """Independent NumPy reference of the documented stale combination, step by step."""
+    fr = scheme_name == "pgc-fr"
+    base = make_scheme("gc-fr" if fr else "gc-cr", n, s, seed=seed,
+                       **({"wait": "n-s"} if fr else {}))
+    B = base.B
+    if fr:
+        lists = [np.flatnonzero(B[i]) for i in range(n)]
+        offsets = [i % (s + 1) for i in range(n)]
+    else:
+        lists = [[(i + q) % n for q in range(s + 1)] for i in range(n)]
+        offsets = [0] * n
+    out = []
+    for t in range(len(Gs)):
+        first = list(np.argsort(arrivals[t], kind="stable")[:n - s])
+        if fr:
+            a, seen = np.zeros(n), set()
+            for i in first:
+                if i // (s + 1) not in seen:
+                    seen.add(i // (s + 1))
+                    a[i] = 1.0
+        else:
+            sol = np.linalg.lstsq(B[first].T, np.ones(n), rcond=None)[0]
+            a = np.zeros(n)
+            a[first] = sol
+        total = np.zeros(Gs.shape[2])
+        for i in np.flatnonzero(a):
+            for q, j in enumerate(lists[i]):
+                # last step <= t at which worker i computed its q-th partition
+                tau = max(u for u in range(t + 1) if u == 0 or (u + offsets[i]) % (s + 1) == q)
+                assert t - tau <= s
+                total += a[i] * B[i, j] * Gs[tau, j]
+        out.append(total)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("name,n,s", [("pgc-fr", 6, 2), ("pgc-fr", 4, 1), ("pgc-cr", 6, 2), ("pgc-cr", 5, 1)])
+def test_pipelined_equals_documented_stale_combination(name, n, s):
+    rng = np.random.default_rng(7)
+    steps, d = 12, 3
+    Gs = rng.standard_normal((steps, n, d))
+    arrivals = rng.exponential(1.0, (steps, n))
+    scheme = make_scheme(name, n, s, seed=5)
+    ref = reference_pipelined(name, n, s, Gs, arrivals, seed=5)
+    for t in range(steps):
+        r = scheme.step(Gs[t], arrivals[t], t)
+        assert rel_err(r.gradient, ref[t]) < 1e-10
+        assert r.load == (s + 1 if t == 0 else 1)
+        # weights: an affine combination per partition, and they reproduce the gradient
+        np.testing.assert_allclose(r.weights.sum(axis=1), 1.0, atol=1e-9)
+        recon = sum(r.weights[j, age] * Gs[t - age, j] for j in range(n) for age in range(s + 1)
+                    if t - age >= 0)
+        assert rel_err(recon, r.gradient) < 1e-10
+        if t >= 1:  # every partition computed by exactly one of its holders: load of uncoded SGD
+            computed = scheme.plist[scheme.computes(t)]
+            assert sorted(computed) == list(range(n))
+    with pytest.raises(ValueError, match="in order"):
+        scheme.step(Gs[0], arrivals[0], steps + 3)
+
+
+@pytest.mark.parametrize("name", ["pgc-fr", "pgc-cr"])
+def test_pipelined_on_a_fixed_model_is_exact(name):
+    # when the gradients do not change between steps, staleness costs nothing
+    n, s = 6, 2
+    rng = np.random.default_rng(8)
+    G = rng.standard_normal((n, 4))
+    scheme = make_scheme(name, n, s, seed=0)
+    for t in range(8):
+        r = scheme.step(G, rng.random(n), t)
+        assert rel_err(r.gradient, G.sum(0)) < 1e-10
+
+
+def test_cr_warns_on_poor_conditioning_and_refuses_undecodable_sets():
+    scheme = make_scheme("gc-cr", 5, 2, seed=0)
+    with pytest.raises(ValueError, match="cannot decode"):
+        scheme.coefficients(np.array([0, 1]))  # fewer than n - s responders
+    scheme.B[1] = scheme.B[0] + 1e-10 * scheme.B[1]  # make two rows nearly equal
+    scheme._cache.clear()
+    with pytest.warns(DecodingWarning, match="cond"):
+        scheme.coefficients(np.array([0, 1, 2]))
+    good = make_scheme("gc-cr", 5, 2, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DecodingWarning)
+        for I in itertools.combinations(range(5), 3):
+            good.coefficients(np.array(I))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown coding scheme"):
+        make_scheme("gc-xx", 4, 1)
+    with pytest.raises(ValueError, match="s must be < workers"):
+        make_scheme("gc-cr", 3, 3)
+    with pytest.raises(ValueError, match="wait"):
+        make_scheme("gc-fr", 4, 1, wait="sometimes")
+    with pytest.raises(ValueError, match="G must be"):
+        make_scheme("wait-all", 4).step(np.zeros((3, 2)), np.ones(4))
