@@ -78,6 +78,14 @@ class Config:
     record_orders: bool = _help("store every epoch's orders (T, m, n) int32 in the trace",
                                 default=False)
     trace_every: int = _help("store the minibatch loss every K steps (0 = off)", default=0)
+    stragglers: str = _help("straggler model of the simulated clock ('' = off): constant, shifted-exp, "
+                            "persistent, bernoulli, bursty, trace (docs/stragglers.md)", default="")
+    straggler_options: dict = _help("straggler model parameters as a table, e.g. {a = 1, mu = 1}; "
+                                    "latency (s) and bandwidth (bytes/s) set the communication model",
+                                    default_factory=dict)
+    coding: str = _help("gradient coding the simulated clock waits by: wait-all, gc-fr, gc-cr",
+                        default="wait-all")
+    coding_s: int = _help("stragglers s the coding tolerates (gc-fr needs (s+1) | workers)", default=1)
     backend: str = _help("serial (all workers in one process), mpi (ranks host workers), or auto "
                          "(mpi when there are several ranks)", default="auto")
     out: str = _help("output HDF5 file ('' = ordersim-<UTC time>.h5 in the current directory)",

@@ -22,6 +22,7 @@ from ordersim.config import (BACKENDS, PARTITIONS, REMAINDERS, SCHEDULES, Config
 from ordersim.orderers import available_orderers, make_orderer, orderer_class
 from ordersim.orderers.base import FIRST_ORDERS, SIGNS, TIES, default_walk_c
 from ordersim.streams import stream
+from ordersim.stragglers import clock_from_config, config_error as straggler_config_error
 from ordersim.trace import NoTrace, TraceWriter
 from problems import make_problem, problem_class
 
@@ -77,6 +78,9 @@ def check_fields(config: Config, ranks: int) -> Config:
         if orderer_class(name).centralized_alternatives and workers != 1:
             bad("orderers", name, f"workers=1 for the centralized {name} (or use "
                 f"{' / '.join(orderer_class(name).centralized_alternatives)} with {workers} workers)")
+    error = straggler_config_error(config, workers)
+    if error:
+        raise ConfigError(error)
     return replace(config, workers=workers, backend=backend)
 
 
@@ -222,6 +226,7 @@ class Run:
         self.status = "completed"
         self.step = 0
         self.trace_steps: list[tuple[int, int, float]] = []
+        self.clock = clock_from_config(config, m, d, seed)  # simulated time (docs/stragglers.md)
 
     # -- training ---------------------------------------------------------------------------------
     def timed(self, key, func, *args):
@@ -233,12 +238,15 @@ class Run:
     def train_epoch(self, epoch: int, lr: float) -> bool:
         """One epoch; False when the run diverged."""
         order = self.timed("order_time", self.orderer.begin_epoch)[self.own_rows]
+        first_step = self.step
         if self.setup.backend.size == 1:
             ok = self._serial_epoch(epoch, order, lr)
         else:
             ok = self._mpi_epoch(epoch, order, lr)
         if ok:
             self.timed("order_time", self.orderer.end_epoch)
+            if self.clock:
+                self.clock.advance(first_step, self.step - first_step)
         return ok
 
     def _serial_epoch(self, epoch, order, lr):
@@ -349,6 +357,8 @@ class Run:
             if epoch > 0 else 0.0
         record["wall_time"] = time.perf_counter() - wall_start
         record.update(self.timers)
+        if self.clock:
+            record.update(self.clock.record())
         return record
 
     def _gather(self, local):
@@ -419,7 +429,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
             run = Run(setup, orderer_name, seed)
             trace = writer.start_run(orderer_name, seed, dict(
                 workers=config.workers, examples_per_worker=setup.n, batch=config.batch, lr=config.lr,
-                **constants))
+                **constants, **(run.clock.attrs() if run.clock else {})))
             wall_start = time.perf_counter()
             record = run.measure(0, wall_start)
             trace.append_epoch(record)
@@ -439,6 +449,8 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
                 if run.trace_steps:
                     trace.append_steps(*zip(*run.trace_steps))
                     run.trace_steps.clear()
+                if run.clock:
+                    trace.append_group("stragglers", run.clock.take())
             trace.finish(run.status)
             record = dict(record, status=run.status)
             results.setdefault(orderer_name, []).append(record)

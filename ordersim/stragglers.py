@@ -35,6 +35,7 @@ Models (``STRAGGLER_MODELS``; parameters in each class docstring): ``constant``,
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -446,5 +447,99 @@ class StragglerClock:
         return result
 
 
-__all__ = ["BLOCK", "STRAGGLER_MODELS", "CommModel", "StragglerClock", "StragglerModel",
-           "load_trace", "make_straggler_model"]
+
+
+# -- the simulator's side (docs/stragglers.md) ------------------------------------------------------
+# Schemes whose decoded gradient is the full gradient: training is unchanged and only the clock runs.
+# ignore-stragglers and pipelined GC change the update itself; the simulator does not run them yet.
+INTEGRATED_SCHEMES = ("wait-all", "gc-fr", "gc-cr")
+COMM_OPTIONS = ("latency", "bandwidth")
+
+
+class EpochClock:
+    """What ``Run`` holds when ``stragglers`` is set: the simulated time of every step, advanced
+    per epoch from the scheme's wait rule (vectorized; no gradients needed for exact schemes), and
+    the per-step records the trace stores. Depends only on (seed, workers, step): every rank
+    computes the same numbers."""
+
+    def __init__(self, model: StragglerModel, scheme, dim: int, comm: CommModel):
+        self.model, self.scheme, self.dim, self.comm = model, scheme, dim, comm
+        self.now = 0.0
+        self.pending: dict[str, list] = {"step_time": [], "responded": []}
+        self.epoch_times: list[float] = []
+
+    def advance(self, first: int, steps: int) -> float:
+        """Simulated time of steps first .. first+steps-1 (one epoch); returns their total."""
+        message = self.comm.time(8 * self.dim)
+        arrival = self.model.times_block(first, steps, self.scheme.load) + message
+        decode = self.scheme.step_times(arrival)
+        step_time = decode + message  # the model's broadcast, then the wait for the decoder
+        self.pending["step_time"].append(step_time)
+        self.pending["responded"].append((arrival <= decode[:, None]).astype(np.uint8))
+        total = float(step_time.sum())
+        self.now += total
+        self.epoch_times.append(total)
+        return total
+
+    def skip(self, epochs: int, steps_per_epoch: int) -> None:
+        """Advance through ``epochs`` whole epochs from step 0 without recording (a resumed run)."""
+        for e in range(epochs):
+            self.advance(e * steps_per_epoch, steps_per_epoch)
+        self.take()
+
+    def record(self) -> dict:
+        """Per-epoch trace fields: cumulative simulated time and the last epoch's."""
+        return dict(sim_time=self.now, sim_epoch_time=self.epoch_times[-1] if self.epoch_times else 0.0)
+
+    def attrs(self) -> dict:
+        return dict(straggler_model=self.model.name, straggler_params=repr(self.model.params()),
+                    coding=self.scheme.name, coding_s=self.scheme.s, load=self.scheme.load,
+                    latency=self.comm.latency, bandwidth=self.comm.bandwidth)
+
+    def take(self) -> dict:
+        """The per-step arrays gathered since the last call (for the trace), and forget them."""
+        out = {k: np.concatenate(v) if v else None for k, v in self.pending.items()}
+        for v in self.pending.values():
+            v.clear()
+        return out
+
+
+def clock_from_config(config, workers: int, dim: int, seed: int) -> EpochClock | None:
+    """The run's clock, or None when ``config.stragglers`` is empty. Raises ValueError."""
+    if not config.stragglers:
+        return None
+    from ordersim.coding import make_scheme
+
+    options = dict(config.straggler_options)
+    comm = CommModel(**{k: float(options.pop(k)) for k in COMM_OPTIONS if k in options})
+    model = make_straggler_model(config.stragglers, workers, seed, **options)
+    if config.coding not in INTEGRATED_SCHEMES:
+        raise ValueError(f"coding {config.coding!r} changes the update itself, which the simulator "
+                         f"does not run yet; use one of {', '.join(INTEGRATED_SCHEMES)}")
+    scheme = make_scheme(config.coding, workers, config.coding_s if config.coding != "wait-all" else 0, seed)
+    return EpochClock(model, scheme, dim, comm)
+
+
+def config_error(config, workers: int) -> str | None:
+    """The one-line message naming the straggler field at fault, or None (no data needed)."""
+    if not config.stragglers:
+        return None
+    if config.stragglers not in STRAGGLER_MODELS:
+        return (f"config field 'stragglers': {config.stragglers!r} is not allowed; allowed: '' (off), "
+                f"{', '.join(STRAGGLER_MODELS)}")
+    if config.coding not in INTEGRATED_SCHEMES:
+        return (f"config field 'coding': {config.coding!r} is not allowed; allowed: "
+                f"{', '.join(INTEGRATED_SCHEMES)} (ignore-stragglers and pipelined GC change the "
+                f"update and are not in the simulator yet)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            clock_from_config(config, workers, 1, 0)
+        except (ValueError, TypeError, OSError) as err:
+            field_name = "coding_s" if "s must" in str(err) or "(s+1)" in str(err) else "straggler_options"
+            return f"config field {field_name!r}: {err}"
+    return None
+
+
+__all__ = ["BLOCK", "INTEGRATED_SCHEMES", "STRAGGLER_MODELS", "CommModel", "EpochClock", "StragglerClock",
+           "StragglerModel", "clock_from_config", "config_error", "load_trace", "make_straggler_model"]

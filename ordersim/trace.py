@@ -86,6 +86,15 @@ class RunTrace:
             self._extend(group, "loss", losses, np.float64)
             self.file.flush()
 
+    def append_group(self, name: str, arrays: dict) -> None:
+        """Append rows to the growable datasets of subgroup ``name`` (None values are skipped)."""
+        arrays = {k: v for k, v in arrays.items() if v is not None and len(v)}
+        if arrays:
+            group = self.group.require_group(name)
+            for key, values in arrays.items():
+                self._extend(group, key, values, np.asarray(values).dtype)
+            self.file.flush()
+
     def finish(self, status: str) -> None:
         self.group.attrs["status"] = status
         self.file.flush()

@@ -154,3 +154,44 @@ def test_mean_step_time_matches_order_statistics(n, s):
         times = scheme.step_times(model.times_block(1, draws, load))  # step 0 of pgc is the fill
         se = times.std(ddof=1) / math.sqrt(draws)
         assert abs(times.mean() - expected) < 4 * se, (name, options, times.mean(), expected, se)
+
+
+# -- the simulator's clock ---------------------------------------------------------------------------
+
+def test_simulator_records_simulated_time_without_changing_training(tmp_path, capsys):
+    import h5py
+
+    from ordersim.runner import main
+
+    common = ["--epochs", "2", "--workers", "6", "--batch", "2", "--seeds", "3", "--orderers", "cd-grab",
+              "--no-herding", "--quiet", "--test-fraction", "0"]
+    plain, timed = tmp_path / "plain.h5", tmp_path / "timed.h5"
+    assert main([*common, "--out", str(plain)]) == 0
+    options = '{"a": 0.5, "mu": 2.0, "latency": 0.001, "bandwidth": 8e5}'
+    assert main([*common, "--out", str(timed), "--stragglers", "shifted-exp", "--straggler-options",
+                 options, "--coding", "gc-cr", "--coding-s", "2"]) == 0
+    with h5py.File(plain, "r") as f0, h5py.File(timed, "r") as f1:
+        r0, r1 = f0["runs/cd-grab/seed_3"], f1["runs/cd-grab/seed_3"]
+        np.testing.assert_array_equal(r0["train_loss"][()], r1["train_loss"][()])  # GC is exact
+        assert "sim_time" not in r0 and "stragglers" not in r0
+        n, d = r1.attrs["examples_per_worker"], f1["x_star"].shape[0]
+        steps = 2 * -(-n // 2)
+        assert r1.attrs["coding"] == "gc-cr" and r1.attrs["load"] == 3 and r1.attrs["coding_s"] == 2
+        step_time = r1["stragglers/step_time"][()]
+        responded = r1["stragglers/responded"][()]
+        assert step_time.shape == (steps,) and responded.shape == (steps, 6)
+        # independent recomputation: seed 3's draws, load 3, decode at the 4th arrival, comm both ways
+        message = 0.001 + 8 * d / 8e5
+        arrival = make_straggler_model("shifted-exp", 6, seed=3, a=0.5, mu=2.0).times_block(0, steps, 3) + message
+        decode = np.sort(arrival, axis=1)[:, 3]
+        np.testing.assert_allclose(step_time, decode + message, rtol=1e-12)
+        np.testing.assert_array_equal(responded, arrival <= decode[:, None])
+        assert responded.sum(axis=1).min() >= 4
+        np.testing.assert_allclose(r1["sim_time"][()], [0, step_time[:steps // 2].sum(), step_time.sum()],
+                                   rtol=1e-12)
+    assert main([*common, "--out", str(tmp_path / "x.h5"), "--stragglers", "shifted-exp",
+                 "--coding", "pgc-cr"]) == 2
+    assert "config field 'coding'" in capsys.readouterr().err
+    assert main([*common, "--out", str(tmp_path / "x.h5"), "--stragglers", "shifted-exp",
+                 "--coding", "gc-fr", "--coding-s", "3"]) == 2
+    assert "config field 'coding_s'" in capsys.readouterr().err
