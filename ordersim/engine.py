@@ -28,17 +28,26 @@ def worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx,
 
 @njit(cache=True)
 def apply_update(x, velocity, worker_sums, count, lr, momentum, weight_decay):
-    """x -= lr * v with v = momentum v + g, g = (sum over workers in worker order) / count + wd x."""
+    """x -= lr * v with v = momentum v + g, g = (sum over workers in worker order) / count + wd x.
+
+    Returns whether every entry of x is still finite (the divergence check, at no extra pass).
+    Every entry sees the same operations in the same order as a plain loop over k with the workers
+    added inside; the loops are only arranged so that LLVM can vectorize them over k.
+    """
     m, d = worker_sums.shape
+    total = np.zeros(d)
+    for w in range(m):
+        for k in range(d):
+            total[k] += worker_sums[w, k]
+    finite = True
     for k in range(d):
-        g = 0.0
-        for w in range(m):
-            g += worker_sums[w, k]
-        g = g / count + weight_decay * x[k]
+        g = total[k] / count + weight_decay * x[k]
         if momentum != 0.0:
             velocity[k] = momentum * velocity[k] + g
             g = velocity[k]
         x[k] -= lr * g
+        finite &= x[k] - x[k] == 0.0  # False for inf and NaN
+    return finite
 
 
 @njit(cache=True)
@@ -82,13 +91,35 @@ def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b
                                 scratch, worker_sums[w])
             if store:
                 grads_out[w, done:done + count] = scratch[:count]
-        apply_update(x, velocity, worker_sums, m * count, lr, momentum, weight_decay)
+        finite = apply_update(x, velocity, worker_sums, m * count, lr, momentum, weight_decay)
         step_losses[s] = loss / (m * count)
-        if not np.isfinite(loss) or not np.all(np.isfinite(x)):
+        if not finite or not np.isfinite(loss):
             return -1
         pos += count
         done += count
     return done
+
+
+_LOCAL_STEPS = {}
+
+
+def local_steps(batch_grads):
+    """The MPI backend's per-step kernel for one problem kernel: every local worker's gradients
+    and sums for visit positions pos..pos+count-1, in one call.
+
+    `batch_grads` is bound in a closure rather than passed as an argument, since a dispatcher
+    argument costs microseconds of Python type dispatch per call (and this runs once per step).
+    The compiled function is kept per kernel.
+    """
+    kernel = _LOCAL_STEPS.get(batch_grads)
+    if kernel is None:
+        @njit
+        def kernel(x, A, y, params, order, n, pos, count, idx, grads, sums, losses):
+            for w in range(order.shape[0]):
+                losses[w, 0] = worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count,
+                                           idx, grads[w], sums[w])
+        _LOCAL_STEPS[batch_grads] = kernel
+    return kernel
 
 
 @njit  # takes the problem's kernel as an argument: not cacheable (numba#2956)

@@ -277,45 +277,51 @@ class Run:
     def _mpi_epoch(self, epoch, order, lr):
         s, config, backend = self.setup, self.setup.config, self.setup.backend
         m, n, b, d, local = self.m, self.n, self.b, self.d, self.local
+        # Everything a step touches is allocated here, once per epoch; a step makes one jitted call
+        # for its local workers, one Allgather, observe() and one jitted update.
+        steps_kernel = engine.local_steps(s.problem.batch_grads)
         grads = np.empty((local, b, d))
         local_sums = np.empty((local, d))
         local_loss = np.empty((local, 1))
         all_sums = np.empty((m, d))
         all_loss = np.empty((m, 1))
         all_grads = np.empty((m, b, d)) if self.coordinated else None
+        observe, gather = self.orderer.observe, backend.gather_workers
+        momentum, weight_decay, every = config.momentum, config.weight_decay, config.trace_every
+        timers, clock = self.timers, time.perf_counter
         pos = 0
         while pos < n:
             count = min(b, n - pos)
-            start = time.perf_counter()
-            for w in range(local):
-                local_loss[w, 0] = engine.worker_step(s.problem.batch_grads, self.x, s.A, s.y,
-                                                      s.problem.params, order, w, w * n, pos, count,
-                                                      self.idx, grads[w], local_sums[w])
-            self.timers["compute_time"] += time.perf_counter() - start
-            start = time.perf_counter()
+            t0 = clock()
+            steps_kernel(self.x, s.A, s.y, s.problem.params, order, n, pos, count, self.idx, grads,
+                         local_sums, local_loss)
+            t1 = clock()
             if self.coordinated:
                 part = grads if count == b else np.ascontiguousarray(grads[:, :count])
                 gathered = all_grads if count == b else np.empty((m, count, d))
-                backend.gather_workers(part, gathered)
+                gather(part, gathered)
                 engine.row_sums(gathered, all_sums)
                 observed = gathered
             else:
-                backend.gather_workers(local_sums, all_sums)
-                observed = grads[:, :count]
-            traced = config.trace_every and self.step % config.trace_every == 0
+                gather(local_sums, all_sums)
+                observed = grads if count == b else grads[:, :count]
+            traced = every and self.step % every == 0
             if traced:
-                backend.gather_workers(local_loss, all_loss)
-            self.timers["comm_time"] += time.perf_counter() - start
-            self.timed("order_time", self.orderer.observe, observed)
-            start = time.perf_counter()
-            engine.apply_update(self.x, self.velocity, all_sums, m * count, lr, config.momentum,
-                                config.weight_decay)
-            self.timers["compute_time"] += time.perf_counter() - start
+                gather(local_loss, all_loss)
+            t2 = clock()
+            observe(observed)
+            t3 = clock()
+            finite = engine.apply_update(self.x, self.velocity, all_sums, m * count, lr, momentum,
+                                         weight_decay)
+            t4 = clock()
+            timers["compute_time"] += (t1 - t0) + (t4 - t3)
+            timers["comm_time"] += t2 - t1
+            timers["order_time"] += t3 - t2
             if traced:
                 loss = engine.sum_in_worker_order(all_loss)[0] / (m * count)
                 self.trace_steps.append((epoch, self.step, loss))
             self.step += 1
-            if not np.all(np.isfinite(self.x)):
+            if not finite:
                 return False
             pos += count
         return True
