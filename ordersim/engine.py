@@ -104,20 +104,29 @@ _LOCAL_STEPS = {}
 
 
 def local_steps(batch_grads):
-    """The MPI backend's per-step kernel for one problem kernel: every local worker's gradients
-    and sums for visit positions pos..pos+count-1, in one call.
+    """The MPI backend's per-step kernel for one problem kernel, compiled once per kernel:
 
+        ok = kernel(x, velocity, all_sums, update_count, lr, momentum, weight_decay,
+                    A, y, params, order, n, pos, count, idx, grads, sums, losses)
+
+    first applies the previous step's update (apply_update with all_sums and update_count, unless
+    update_count is 0) and returns False if x stopped being finite; then computes every local
+    worker's gradients and sums for visit positions pos..pos+count-1. One call per step:
     `batch_grads` is bound in a closure rather than passed as an argument, since a dispatcher
-    argument costs microseconds of Python type dispatch per call (and this runs once per step).
-    The compiled function is kept per kernel.
+    argument costs microseconds of Python type dispatch per call.
     """
     kernel = _LOCAL_STEPS.get(batch_grads)
     if kernel is None:
         @njit
-        def kernel(x, A, y, params, order, n, pos, count, idx, grads, sums, losses):
+        def kernel(x, velocity, all_sums, update_count, lr, momentum, weight_decay,
+                   A, y, params, order, n, pos, count, idx, grads, sums, losses):
+            if update_count > 0:
+                if not apply_update(x, velocity, all_sums, update_count, lr, momentum, weight_decay):
+                    return False
             for w in range(order.shape[0]):
                 losses[w, 0] = worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count,
                                            idx, grads[w], sums[w])
+            return True
         _LOCAL_STEPS[batch_grads] = kernel
     return kernel
 

@@ -277,25 +277,31 @@ class Run:
     def _mpi_epoch(self, epoch, order, lr):
         s, config, backend = self.setup, self.setup.config, self.setup.backend
         m, n, b, d, local = self.m, self.n, self.b, self.d, self.local
-        # Everything a step touches is allocated here, once per epoch; a step makes one jitted call
-        # for its local workers, one Allgather, observe() and one jitted update.
-        steps_kernel = engine.local_steps(s.problem.batch_grads)
+        # Everything a step touches is allocated here, once per epoch. A step is one jitted call
+        # (the previous step's update, then the local workers' gradients), one Allgather and
+        # observe(); the last step's update follows the loop.
+        kernel = engine.local_steps(s.problem.batch_grads)
         grads = np.empty((local, b, d))
         local_sums = np.empty((local, d))
         local_loss = np.empty((local, 1))
         all_sums = np.empty((m, d))
         all_loss = np.empty((m, 1))
         all_grads = np.empty((m, b, d)) if self.coordinated else None
-        observe, gather = self.orderer.observe, backend.gather_workers
+        observe, gather, clock = self.orderer.observe, backend.gather_workers, time.perf_counter
+        x, velocity, A, y, params, idx = self.x, self.velocity, s.A, s.y, s.problem.params, self.idx
         momentum, weight_decay, every = config.momentum, config.weight_decay, config.trace_every
-        timers, clock = self.timers, time.perf_counter
-        pos = 0
+        compute = comm = ordering = 0.0
+        pending = 0  # m * count of the step whose update is still to apply (0: none)
+        pos, ok = 0, True
         while pos < n:
             count = min(b, n - pos)
             t0 = clock()
-            steps_kernel(self.x, s.A, s.y, s.problem.params, order, n, pos, count, self.idx, grads,
-                         local_sums, local_loss)
+            ok = kernel(x, velocity, all_sums, pending, lr, momentum, weight_decay, A, y, params, order,
+                        n, pos, count, idx, grads, local_sums, local_loss)
             t1 = clock()
+            compute += t1 - t0
+            if not ok:
+                break
             if self.coordinated:
                 part = grads if count == b else np.ascontiguousarray(grads[:, :count])
                 gathered = all_grads if count == b else np.empty((m, count, d))
@@ -311,20 +317,22 @@ class Run:
             t2 = clock()
             observe(observed)
             t3 = clock()
-            finite = engine.apply_update(self.x, self.velocity, all_sums, m * count, lr, momentum,
-                                         weight_decay)
-            t4 = clock()
-            timers["compute_time"] += (t1 - t0) + (t4 - t3)
-            timers["comm_time"] += t2 - t1
-            timers["order_time"] += t3 - t2
+            comm += t2 - t1
+            ordering += t3 - t2
             if traced:
                 loss = engine.sum_in_worker_order(all_loss)[0] / (m * count)
                 self.trace_steps.append((epoch, self.step, loss))
             self.step += 1
-            if not finite:
-                return False
+            pending = m * count
             pos += count
-        return True
+        if ok:
+            t0 = clock()
+            ok = engine.apply_update(x, velocity, all_sums, pending, lr, momentum, weight_decay)
+            compute += clock() - t0
+        self.timers["compute_time"] += compute
+        self.timers["comm_time"] += comm
+        self.timers["order_time"] += ordering
+        return ok
 
     def _record_steps(self, epoch, losses):
         every = self.setup.config.trace_every
