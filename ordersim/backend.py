@@ -42,6 +42,18 @@ class SerialBackend:
         """The first rank's error message, on every rank (None when no rank had one)."""
         return error
 
+    def any(self, flag: bool) -> bool:
+        """True on every rank when the flag is set on any rank."""
+        return bool(flag)
+
+    def gather(self, obj) -> list | None:
+        """Every rank's object, in rank order, on rank 0 (None elsewhere)."""
+        return [obj]
+
+    def scatter(self, objects: list | None):
+        """Rank r gets objects[r] (objects given on rank 0)."""
+        return None if objects is None else objects[0]
+
     def hosts(self) -> list[str]:
         return [socket.gethostname()]
 
@@ -73,6 +85,18 @@ class MPIBackend(SerialBackend):
 
     def agree(self, error):
         return next((e for e in self.comm.allgather(error) if e), None)
+
+    def any(self, flag):
+        from mpi4py import MPI
+
+        return bool(self.comm.allreduce(int(bool(flag)), op=MPI.MAX))
+
+    def gather(self, obj):
+        return self.comm.gather(obj, root=0)
+
+    def scatter(self, objects):
+        present = self.comm.bcast(objects is not None, root=0)
+        return self.comm.scatter(objects, root=0) if present else None
 
     def hosts(self):
         return self.comm.allgather(socket.gethostname())

@@ -6,6 +6,8 @@ import sys
 # command: (module, function taking the remaining arguments, summary)
 COMMANDS = {
     "run": ("ordersim.runner", "main", "train with each orderer and seed, trace to HDF5 (the default)"),
+    "sweep": ("ordersim.sweep", "main", "list a config's [sweep] cells; write a Slurm job-array script"),
+    "merge": ("ordersim.sweep", "merge_main", "join trace files (a sweep's cells) into one tidy table"),
     "herding-sim": ("ordersim.herding_sim", "main",
                     "the CD-GraB paper's random-vector parallel-herding experiment"),
     "orderers": ("ordersim.listing", "orderers", "list the orderers with a one-line description"),

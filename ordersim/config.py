@@ -86,6 +86,8 @@ class Config:
     coding: str = _help("gradient coding the simulated clock waits by: wait-all, gc-fr, gc-cr",
                         default="wait-all")
     coding_s: int = _help("stragglers s the coding tolerates (gc-fr needs (s+1) | workers)", default=1)
+    checkpoint_every: int = _help("also write a checkpoint every K epochs (0 = only when SIGTERM or "
+                                  "SIGUSR1 arrives); resume with --resume", default=0)
     backend: str = _help("serial (all workers in one process), mpi (ranks host workers), or auto "
                          "(mpi when there are several ranks)", default="auto")
     out: str = _help("output HDF5 file ('' = ordersim-<UTC time>.h5 in the current directory)",
@@ -164,7 +166,7 @@ def read_toml(path: str) -> dict:
             raw = tomllib.load(fh)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file {path!r} is not valid TOML: {err}") from None
-    unknown = sorted(set(raw) - set(FIELDS))
+    unknown = sorted(set(raw) - set(FIELDS) - {"sweep"})  # [sweep]: see ordersim.sweep
     if unknown:
         raise ConfigError(f"config file {path!r}: unknown field(s) {', '.join(unknown)}; "
                           f"known fields: {', '.join(FIELDS)}")

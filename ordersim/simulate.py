@@ -18,6 +18,8 @@ from ordersim import engine
 from ordersim.constants import problem_constants
 from ordersim.data import load_dataset, partition
 from ordersim.backend import MPIBackend, SerialBackend
+from ordersim.checkpoint import StopRequest, checkpoint_path
+from ordersim.checkpoint import save as save_checkpoint
 from ordersim.config import (BACKENDS, PARTITIONS, REMAINDERS, SCHEDULES, Config, ConfigError)
 from ordersim.orderers import available_orderers, make_orderer, orderer_class
 from ordersim.orderers.base import FIRST_ORDERS, SIGNS, TIES, default_walk_c
@@ -51,6 +53,7 @@ def check_fields(config: Config, ranks: int) -> Config:
     if not config.seeds or min(config.seeds) < 0 or len(set(config.seeds)) != len(config.seeds):
         bad("seeds", config.seeds, "a non-empty list of distinct integers >= 0")
     for name, low in (("epochs", 1), ("batch", 1), ("measure_every", 1), ("trace_every", 0),
+                      ("checkpoint_every", 0),
                       ("workers", 0), ("lr_step", 1), ("data_seed", 0)):
         if getattr(config, name) < low:
             bad(name, getattr(config, name), f"an integer >= {low}")
@@ -227,6 +230,23 @@ class Run:
         self.step = 0
         self.trace_steps: list[tuple[int, int, float]] = []
         self.clock = clock_from_config(config, m, d, seed)  # simulated time (docs/stragglers.md)
+        self.epoch = 0  # epochs completed
+        self.wall_start = time.perf_counter()
+
+    # -- checkpoint -------------------------------------------------------------------------------
+    def state(self) -> dict:
+        """What a checkpoint keeps of this rank's run (the orderer with all its arrays)."""
+        return dict(x=self.x, velocity=self.velocity, orderer=self.orderer, step=self.step,
+                    epoch=self.epoch, status=self.status, timers=self.timers,
+                    elapsed=time.perf_counter() - self.wall_start)
+
+    def restore(self, state: dict) -> None:
+        self.x, self.velocity, self.orderer = state["x"], state["velocity"], state["orderer"]
+        self.step, self.epoch, self.status = state["step"], state["epoch"], state["status"]
+        self.timers = state["timers"]
+        self.wall_start = time.perf_counter() - state["elapsed"]
+        if self.clock:  # simulated time is a function of the steps: replay it, record nothing
+            self.clock.skip(self.epoch, -(-self.n // self.b))
 
     # -- training ---------------------------------------------------------------------------------
     def timed(self, key, func, *args):
@@ -423,56 +443,111 @@ class Run:
         return float(peaks[0]), float(peaks[1])
 
 
-def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: str) -> dict:
-    """Every (orderer, seed) run; returns {orderer: [final records]} for the summary table."""
-    writer = NoTrace()
-    if backend.rank == 0:
-        writer = TraceWriter(out, dict(
-            config=config.to_json(), ranks=backend.size, backend=config.backend,
-            hosts=backend.hosts(), problem=config.problem, data=config.data,
-            dropped_examples=setup.dropped, data_info=setup.data_info))
-        writer.add_array("shards", setup.shards)
-        if setup.constants.get("x_star") is not None:
-            writer.add_array("x_star", setup.constants["x_star"])
-    elif backend.size > 1:
-        backend.hosts()  # collective: every rank takes part
+class Checkpointed(Exception):
+    """The job stopped at an epoch boundary after writing a checkpoint (exit EXIT_CHECKPOINTED)."""
+
+
+def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: str,
+                   stop: StopRequest | None = None, resume: dict | None = None,
+                   cell: dict | None = None) -> dict:
+    """Every (orderer, seed) run; returns {orderer: [final records]} for the summary table.
+
+    With `resume` (a loaded checkpoint) the trace is cut back to the checkpoint and the plan goes
+    on from there. When `stop` was requested, or every `checkpoint_every` epochs, the ranks write
+    a checkpoint at an epoch boundary; after a stop request, Checkpointed is raised.
+    """
+    plan = [(orderer, seed) for orderer in config.orderers for seed in config.seeds]
+    position, run_states = 0, None
     results: dict[str, list[dict]] = {}
+    if resume is not None:
+        position, results = resume["position"], resume["results"]
+        run_states = backend.scatter(resume.get("run_states"))
+    writer = open_trace(config, backend, setup, out, plan, resume, cell)
     constants = {k: v for k, v in setup.constants.items() if k != "x_star"}
-    for orderer_name in config.orderers:
-        for seed in config.seeds:
-            run = Run(setup, orderer_name, seed)
+    ckpt = checkpoint_path(out)
+    for index in range(position, len(plan)):
+        orderer_name, seed = plan[index]
+        run = Run(setup, orderer_name, seed)
+        if run_states is not None:  # the run the checkpoint stopped inside
+            run.restore(run_states)
+            trace = writer.run(orderer_name, seed)
+            first_epoch, run_states = run.epoch + 1, None
+            record = resume["record"]
+        else:
             trace = writer.start_run(orderer_name, seed, dict(
                 workers=config.workers, examples_per_worker=setup.n, batch=config.batch, lr=config.lr,
                 **constants, **(run.clock.attrs() if run.clock else {})))
-            wall_start = time.perf_counter()
-            record = run.measure(0, wall_start)
+            record = run.measure(0, run.wall_start)
             trace.append_epoch(record)
             if config.record_orders:
                 trace.append_orders(gather_order(run))
-            for epoch in range(1, config.epochs + 1):
-                lr = learning_rate(config, epoch - 1, setup)
-                if not run.train_epoch(epoch, lr):
-                    run.status = "diverged"
-                    break
-                if epoch % config.measure_every == 0 or epoch == config.epochs:
-                    record = run.measure(epoch, wall_start)
-                    trace.append_epoch(record)
-                    progress(config, backend, orderer_name, seed, record)
-                if config.record_orders:
-                    trace.append_orders(gather_order(run))
-                if run.trace_steps:
-                    trace.append_steps(*zip(*run.trace_steps))
-                    run.trace_steps.clear()
-                if run.clock:
-                    trace.append_group("stragglers", run.clock.take())
-            trace.finish(run.status)
-            record = dict(record, status=run.status)
-            results.setdefault(orderer_name, []).append(record)
-            if run.status == "diverged" and backend.rank == 0:
-                print(f"[{orderer_name} seed {seed}] diverged in epoch {epoch} (lr {lr:g})", flush=True)
-    if backend.rank == 0:
-        writer.close()
+            first_epoch = 1
+        for epoch in range(first_epoch, config.epochs + 1):
+            lr = learning_rate(config, epoch - 1, setup)
+            if not run.train_epoch(epoch, lr):
+                run.status = "diverged"
+                if backend.rank == 0:
+                    print(f"[{orderer_name} seed {seed}] diverged in epoch {epoch} (lr {lr:g})", flush=True)
+                break
+            run.epoch = epoch
+            if epoch % config.measure_every == 0 or epoch == config.epochs:
+                record = run.measure(epoch, run.wall_start)
+                trace.append_epoch(record)
+                progress(config, backend, orderer_name, seed, record)
+            if config.record_orders:
+                trace.append_orders(gather_order(run))
+            if run.trace_steps:
+                trace.append_steps(*zip(*run.trace_steps))
+                run.trace_steps.clear()
+            if run.clock:
+                trace.append_group("stragglers", run.clock.take())
+            if epoch < config.epochs:
+                checkpoint_if_due(config, backend, stop, ckpt, epoch, dict(
+                    position=index, results=results, record=record, lengths=trace.lengths()),
+                    run.state())
+        trace.finish(run.status)
+        results.setdefault(orderer_name, []).append(dict(record, status=run.status))
+        checkpoint_if_due(config, backend, stop, ckpt, None,
+                          dict(position=index + 1, results=results), None)
+    writer.close()
+    if backend.rank == 0 and os.path.exists(ckpt):
+        os.remove(ckpt)  # finished: the checkpoint would only resume a completed job
     return results
+
+
+def open_trace(config, backend, setup, out, plan, resume, cell):
+    """The trace writer (rank 0; the others hold a NoTrace), new or cut back to a checkpoint."""
+    hosts = backend.hosts()  # collective: every rank takes part
+    if backend.rank != 0:
+        return NoTrace()
+    if resume is not None:
+        position = resume["position"]
+        current = plan[position] if "run_states" in resume else None
+        return TraceWriter.reopen(out, plan[:position], current, resume.get("lengths", {}))
+    writer = TraceWriter(out, dict(
+        config=config.to_json(), ranks=backend.size, backend=config.backend, hosts=hosts,
+        problem=config.problem, data=config.data, dropped_examples=setup.dropped,
+        data_info=setup.data_info, **({"sweep_cell": cell} if cell else {})))
+    writer.add_array("shards", setup.shards)
+    if setup.constants.get("x_star") is not None:
+        writer.add_array("x_star", setup.constants["x_star"])
+    return writer
+
+
+def checkpoint_if_due(config, backend, stop, path, epoch, state, run_state):
+    """At an epoch boundary: write a checkpoint when a stop was requested on any rank (then raise
+    Checkpointed) or every `checkpoint_every` epochs of a run."""
+    stopping = backend.any(stop is not None and stop.requested)
+    periodic = epoch is not None and config.checkpoint_every and epoch % config.checkpoint_every == 0
+    if not (stopping or periodic):
+        return
+    run_states = backend.gather(run_state)
+    if backend.rank == 0:
+        if run_state is not None:
+            state["run_states"] = run_states
+        save_checkpoint(path, dict(state, config=config.to_json(), ranks=backend.size))
+    if stopping:
+        raise Checkpointed(path)
 
 
 def gather_order(run: Run) -> np.ndarray:

@@ -25,6 +25,36 @@ def _attr(value):
 class TraceWriter:
     def __init__(self, path: str, root_attrs: dict):
         self.file = h5py.File(path, "w")
+        self._write_root(root_attrs)
+
+    @classmethod
+    def reopen(cls, path: str, done: list[tuple[str, int]], current: tuple[str, int] | None,
+               lengths: dict[str, int]) -> "TraceWriter":
+        """Reopen a trace to resume from a checkpoint: keep the finished runs `done`, cut the run
+        `current` back to the checkpoint's dataset lengths, and drop anything written after it."""
+        writer = cls.__new__(cls)
+        writer.file = h5py.File(path, "a")
+        writer.file.attrs.pop("end_time", None)
+        keep = {f"{o}/seed_{s}" for o, s in done}
+        current_name = None if current is None else f"{current[0]}/seed_{current[1]}"
+        runs = writer.file.require_group("runs")
+        for orderer in list(runs):
+            for seed in list(runs[orderer]):
+                name = f"{orderer}/seed_{seed.removeprefix('seed_')}"
+                if name not in keep and name != current_name:
+                    del runs[orderer][seed]
+        if current_name is not None:
+            group = runs[current_name]
+            for name, dataset in list(run_datasets(group).items()):
+                if name in lengths:
+                    dataset.resize(lengths[name], axis=0)
+                else:
+                    del group[name]
+            group.attrs["epochs_completed"] = int(group["epoch"][-1])
+        writer.file.flush()
+        return writer
+
+    def _write_root(self, root_attrs: dict) -> None:
         self.file.attrs["ordersim_version"] = ordersim.__version__
         self.file.attrs["start_time"] = utc_now()
         for key, value in root_attrs.items():
@@ -46,14 +76,32 @@ class TraceWriter:
         self.file.flush()
         return RunTrace(self.file, group)
 
+    def run(self, orderer: str, seed: int) -> "RunTrace":
+        return RunTrace(self.file, self.file[f"runs/{orderer}/seed_{seed}"])
+
     def close(self) -> None:
         self.file.attrs["end_time"] = utc_now()
         self.file.close()
 
 
+def run_datasets(group: h5py.Group) -> dict:
+    """Every dataset below a run's group, by path relative to it (e.g. 'train_loss', 'steps/loss')."""
+    found = {}
+
+    def visit(name, obj):  # must return None: h5py stops visiting at the first other value
+        if isinstance(obj, h5py.Dataset):
+            found[name] = obj
+
+    group.visititems(visit)
+    return found
+
+
 class RunTrace:
     def __init__(self, file: h5py.File, group: h5py.Group):
         self.file, self.group = file, group
+
+    def lengths(self) -> dict[str, int]:
+        return {name: data.shape[0] for name, data in run_datasets(self.group).items()}
 
     def _extend(self, group: h5py.Group, name: str, values, dtype) -> None:
         values = np.asarray(values, dtype=dtype)
@@ -101,10 +149,7 @@ class RunTrace:
 
 
 class NoTrace:
-    """What ranks other than 0 hold instead of a writer: every call does nothing."""
-
-    def start_run(self, *args, **kwargs):
-        return self
+    """What ranks other than 0 hold instead of a writer or a run's trace: every call does nothing."""
 
     def __getattr__(self, name):
-        return lambda *args, **kwargs: None
+        return lambda *args, **kwargs: self
