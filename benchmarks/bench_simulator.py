@@ -40,6 +40,9 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmark the checkout this script is in (not another install)
+
 ORDERERS = ("rr", "d-grab", "cd-grab")
 M, B, FEATURES = 8, 1, 127
 WARMUP_EXAMPLES = 256  # per worker, for the compile epoch
@@ -211,7 +214,7 @@ def main() -> None:
            str(Path(__file__).resolve()), "--mpi-part", "--repeats", str(repeats)]
     if args.quick:
         cmd.append("--quick")
-    subprocess.run(cmd, check=False, cwd=Path(__file__).resolve().parents[1])
+    subprocess.run(cmd, check=False, cwd=ROOT)
 
 
 if __name__ == "__main__":

@@ -87,10 +87,10 @@ def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b
         count = min(b, n - pos)
         loss = 0.0
         for w in range(m):
+            # with store, the kernel writes straight into grads_out (no copy through scratch)
+            out = grads_out[w, done:done + count] if store else scratch
             loss += worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count, idx,
-                                scratch, worker_sums[w])
-            if store:
-                grads_out[w, done:done + count] = scratch[:count]
+                                out, worker_sums[w])
         finite = apply_update(x, velocity, worker_sums, m * count, lr, momentum, weight_decay)
         step_losses[s] = loss / (m * count)
         if not finite or not np.isfinite(loss):
