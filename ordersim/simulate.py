@@ -307,7 +307,9 @@ class Run:
         all_sums = np.empty((m, d))
         all_loss = np.empty((m, 1))
         all_grads = np.empty((m, b, d)) if self.coordinated else None
-        observe, gather, clock = self.orderer.observe, backend.gather_workers, time.perf_counter
+        # like the serial path, an orderer that needs no gradients (rr, so, ...) is not shown them
+        observe = self.orderer.observe if self.orderer.needs_gradients else None
+        gather, clock = backend.gather_workers, time.perf_counter
         x, velocity, A, y, params, idx = self.x, self.velocity, s.A, s.y, s.problem.params, self.idx
         momentum, weight_decay, every = config.momentum, config.weight_decay, config.trace_every
         compute = comm = ordering = 0.0
@@ -335,7 +337,8 @@ class Run:
             if traced:
                 gather(local_loss, all_loss)
             t2 = clock()
-            observe(observed)
+            if observe is not None:
+                observe(observed)
             t3 = clock()
             comm += t2 - t1
             ordering += t3 - t2
