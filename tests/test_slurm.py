@@ -6,16 +6,17 @@ ORDERSIM_REQUIRE_SLURM=1 to make that a failure instead.
 
 - srun --mpi=pmi2 and mpiexec inside an allocation give a real multi-rank world (PyPI mpich);
 - runs/slurm/single.sbatch runs ordersim on 2 ranks under `sbatch --wait`;
-- a sweep's job array (`python -m ordersim sweep --write-array`) runs every cell into its own file;
+- a sweep's job array (`python -m ordersim sweep --write-array`) runs every cell into its own file,
+  and runs/slurm/sweep_array.sbatch re-runs chosen cells bitwise identically;
 - a job interrupted twice (SIGUSR1, then SIGTERM) checkpoints, requeues itself, resumes, and ends with
   a trace bitwise equal to an uninterrupted job's.
 """
 
+import json
 import os
 import re
 import subprocess
 import sys
-import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -29,6 +30,7 @@ from slurm_cluster import SlurmCluster, SlurmUnavailable
 pytestmark = pytest.mark.slurm
 
 SINGLE = ROOT / "runs" / "slurm" / "single.sbatch"
+SWEEP_ARRAY = ROOT / "runs" / "slurm" / "sweep_array.sbatch"
 TIMING = {"wall_time", "compute_time", "order_time", "comm_time"}
 WORLD = "from mpi4py import MPI; c = MPI.COMM_WORLD; print('rank', c.Get_rank(), 'of', c.Get_size())"
 
@@ -150,12 +152,12 @@ lr = [0.1, 0.3]
 def test_sweep_runs_as_a_job_array(cluster, tmp_path):
     if not sweep_available():
         pytest.skip("`python -m ordersim sweep --write-array` is not implemented yet")
-    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pandas")
     from analysis.load import load_runs
 
     (tmp_path / "sweep.toml").write_text(SWEEP)
     r = subprocess.run([sys.executable, "-m", "ordersim", "sweep", "sweep.toml", "--write-array",
-                        "array.sbatch", "--ntasks", "2", "--time", "00:05:00"],
+                        "array.sbatch", "--time", "00:05:00"],
                        capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "4 cells" in r.stdout, r.stdout
@@ -163,7 +165,7 @@ def test_sweep_runs_as_a_job_array(cluster, tmp_path):
     logs = "\n".join(f"--- {p.name}\n{job_log(p)}" for p in sorted(tmp_path.rglob("slurm-*.out")))
     assert r.returncode == 0, f"sbatch --wait: {r.returncode}\n{r.stderr}\n{logs}\n{cluster.logs()}"
 
-    files = sorted(tmp_path.rglob("cell_*.h5"))
+    files = sorted((tmp_path / "sweep").rglob("cell_*.h5"))
     assert len(files) == 4, (files, logs)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an incomplete or interrupted cell warns: fail on it
@@ -173,12 +175,31 @@ def test_sweep_runs_as_a_job_array(cluster, tmp_path):
     assert runs.ngroups == 4 * 2 * 2
     last = runs.tail(1)
     assert (last["status"] == "completed").all() and (last["epochs_completed"] == 2).all(), last
-    assert (table["ranks"] == 2).all()
-    # Cell i is the i-th combination, lr varying fastest; each file holds its cell's parameters.
-    expected = [(2, 0.1), (2, 0.3), (4, 0.1), (4, 0.3)]
+    assert (table["backend"] == "serial").all()  # one task per cell: all workers in one process
+    # Cell i is the i-th combination, lr varying fastest; each file says which cell it holds and
+    # its runs used that cell's parameters.
+    expected = [{"workers": 2, "lr": 0.1}, {"workers": 2, "lr": 0.3}, {"workers": 4, "lr": 0.1},
+                {"workers": 4, "lr": 0.3}]
     for i, path in enumerate(files):
-        rows = table[table["file"].astype(str) == str(path)]
-        assert {(int(w), float(lr)) for w, lr in zip(rows["workers"], rows["lr"])} == {expected[i]}, path
+        with h5py.File(path, "r") as f:
+            assert json.loads(f.attrs["sweep_cell"]) == expected[i], path
+        rows = table[table["file"].astype(str).str.endswith(path.name)]
+        assert {(int(w), float(lr)) for w, lr in zip(rows["workers"], rows["lr"])} == \
+            {(expected[i]["workers"], expected[i]["lr"])}, path
+
+    # The hand-written template runs chosen cells of the same config (here 1 and 2, in another
+    # directory): a re-run cell reproduces the first run's cell exactly.
+    again = tmp_path / "again"
+    again.mkdir()
+    (again / "sweep.toml").write_text(SWEEP)
+    job, r = cluster.sbatch(SWEEP_ARRAY, "--array=1,2", "--time=5", args=["sweep.toml"], cwd=again,
+                            timeout=170)
+    logs = "\n".join(f"--- {p.name}\n{job_log(p)}" for p in sorted(again.glob("slurm-*.out")))
+    assert r.returncode == 0, f"sbatch --wait: {r.returncode}\n{r.stderr}\n{logs}\n{cluster.logs()}"
+    redone = sorted((again / "sweep").rglob("cell_*.h5"))
+    assert [p.name for p in redone] == [files[1].name, files[2].name], (redone, logs)
+    for path in redone:
+        assert_bitwise_equal(contents(path), contents(files[[p.name for p in files].index(path.name)]))
 
 
 # -- preemption and exact resume ----------------------------------------------------------------
