@@ -54,6 +54,11 @@ class SerialBackend:
         """Rank r gets objects[r] (objects given on rank 0)."""
         return None if objects is None else objects[0]
 
+    def scatter_rows(self, block_of, shape) -> np.ndarray:
+        """This rank's block of rows: block_of(rank) is called on rank 0 for every rank, and each
+        block (float64, of this rank's `shape`) is sent to its rank only."""
+        return np.ascontiguousarray(block_of(0), dtype=np.float64)
+
     def hosts(self) -> list[str]:
         return [socket.gethostname()]
 
@@ -97,6 +102,15 @@ class MPIBackend(SerialBackend):
     def scatter(self, objects):
         present = self.comm.bcast(objects is not None, root=0)
         return self.comm.scatter(objects, root=0) if present else None
+
+    def scatter_rows(self, block_of, shape):
+        if self.rank == 0:
+            for rank in range(1, self.size):
+                self.comm.Send(np.ascontiguousarray(block_of(rank), dtype=np.float64), dest=rank)
+            return np.ascontiguousarray(block_of(0), dtype=np.float64)
+        block = np.empty(shape)
+        self.comm.Recv(block, source=0)
+        return block
 
     def hosts(self):
         return self.comm.allgather(socket.gethostname())

@@ -154,18 +154,30 @@ def _load(config: Config):
 
 
 def prepare(config: Config, backend: SerialBackend) -> Setup:
-    """Load data, build the problem, partition, constants. Raises ConfigError on bad input, on
-    every rank: the ranks agree on the first error before any of them goes on."""
+    """Load data, build the problem, partition, constants; ConfigError on bad input, on every rank.
+
+    Rank 0 alone reads (or generates) the data set and sends every rank only its workers' shards
+    and its part of the test split, so the other ranks never hold the whole data set.
+    """
     error, loaded = None, None
-    try:
-        loaded = _load(config)
-    except ConfigError as err:
-        error = str(err)
+    if backend.rank == 0:
+        try:
+            loaded = _load(config)
+        except ConfigError as err:
+            error = str(err)
     error = backend.agree(error)
     if error:
         raise ConfigError(error)
-    problem, data, shards, dropped = loaded
-    n = shards.shape[1]
+    meta = None
+    if backend.rank == 0:
+        problem, data, shards, dropped = loaded
+        test_rows = 0 if data.X_test is None else data.X_test.shape[0]
+        meta = dict(features=data.X.shape[1], classes=data.classes, shards=shards, dropped=dropped,
+                    info=dict(data.info), test_rows=test_rows)
+    meta = backend.bcast(meta)
+    shards = meta["shards"]
+    if backend.rank != 0:
+        problem = make_problem(config.problem, meta["features"], meta["classes"], **config.problem_options)
     constants = None
     if backend.rank == 0:
         constants = problem_constants(problem, data, shards, cache_dir=config.cache_dir or None)
@@ -174,18 +186,26 @@ def prepare(config: Config, backend: SerialBackend) -> Setup:
         raise ConfigError("config field 'schedule': 'theory' needs a problem with mu > 0 (a PL or "
                           f"strongly convex problem); {config.problem} has mu = {constants.get('mu')}")
 
-    local = shards[backend.first:backend.last].reshape(-1)
-    A = np.ascontiguousarray(data.X[local])
-    y = np.ascontiguousarray(data.y[local])
+    per_rank = config.workers // backend.size
+    n, features = shards.shape[1], meta["features"]
+
+    def train_rows(rank):
+        return shards[rank * per_rank:(rank + 1) * per_rank].reshape(-1)
+
+    A = backend.scatter_rows(lambda r: data.X[train_rows(r)], (per_rank * n, features))
+    y = backend.scatter_rows(lambda r: data.y[train_rows(r)], (per_rank * n,))
     test_A = test_y = None
-    test_rows = 0 if data.X_test is None else data.X_test.shape[0]
-    test_bounds = np.linspace(0, test_rows, config.workers + 1).astype(np.int64)
-    if test_rows:
+    test_bounds = np.linspace(0, meta["test_rows"], config.workers + 1).astype(np.int64)
+    if meta["test_rows"]:
         lo, hi = test_bounds[backend.first], test_bounds[backend.last]
-        test_A = np.ascontiguousarray(data.X_test[lo:hi])
-        test_y = np.ascontiguousarray(data.y_test[lo:hi])
-    return Setup(config, backend, problem, A, y, n, shards, dropped, constants, test_A, test_y,
-                 test_bounds, dict(data.info))
+
+        def test_slice(rank):
+            return slice(test_bounds[rank * per_rank], test_bounds[(rank + 1) * per_rank])
+
+        test_A = backend.scatter_rows(lambda r: data.X_test[test_slice(r)], (hi - lo, features))
+        test_y = backend.scatter_rows(lambda r: data.y_test[test_slice(r)], (hi - lo,))
+    return Setup(config, backend, problem, A, y, n, shards, meta["dropped"], constants, test_A,
+                 test_y, test_bounds, meta["info"])
 
 
 def learning_rate(config: Config, epoch: int, setup: Setup) -> float:
