@@ -76,12 +76,18 @@ def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: dic
         backend = MPIBackend(config.workers, comm) if config.backend == "mpi" else SerialBackend(config.workers)
         out = backend.bcast(config.out or default_out_path())
         error = check_output(out) if rank == 0 else None
-        state = None
+        state, complete = None, False
         if resume and rank == 0 and error is None:
-            state, error = read_checkpoint(out, config, size)
+            complete = trace_is_complete(out, config)
+            if not complete:
+                state, error = read_checkpoint(out, config, size)
         error = backend.agree(error)
         if error:
             raise ConfigError(error)
+        if backend.bcast(complete):
+            if rank == 0:
+                print(f"ordersim: {out} is already complete: nothing to resume", flush=True)
+            return 0
         state = broadcast_resume(backend, state)
         setup = prepare(config, backend)
     except ConfigError as err:
@@ -114,6 +120,25 @@ def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: dic
     return 0
 
 
+def config_differences(saved_json: str, config) -> list[str]:
+    """Fields (other than `quiet`) in which config differs from a saved config's JSON."""
+    saved, current = json.loads(saved_json), json.loads(config.to_json())
+    return sorted(k for k in current if k != "quiet" and saved.get(k) != current[k])
+
+
+def trace_is_complete(out: str, config) -> bool:
+    """True when `out` holds a finished job of this config (and no checkpoint waits to resume)."""
+    import h5py
+
+    if os.path.exists(checkpoint_path(out)) or not os.path.getsize(out):
+        return False
+    try:
+        with h5py.File(out, "r") as f:
+            return "end_time" in f.attrs and not config_differences(f.attrs["config"], config)
+    except OSError:  # not an HDF5 file (e.g. the empty file check_output created)
+        return False
+
+
 def read_checkpoint(out: str, config, size: int) -> tuple[dict | None, str | None]:
     """(checkpoint, None), (None, None) when there is none, or (None, error) when it does not fit."""
     path = checkpoint_path(out)
@@ -121,9 +146,9 @@ def read_checkpoint(out: str, config, size: int) -> tuple[dict | None, str | Non
         print(f"ordersim: no checkpoint {path}: starting from the beginning", file=sys.stderr, flush=True)
         return None, None
     state = load_checkpoint(path)
-    saved, current = json.loads(state["config"]), json.loads(config.to_json())
-    differ = sorted(k for k in current if k != "quiet" and saved.get(k) != current[k])
+    differ = config_differences(state["config"], config)
     if differ:
+        saved, current = json.loads(state["config"]), json.loads(config.to_json())
         return None, (f"--resume: the config differs from the checkpoint's in {', '.join(differ)} "
                       f"(e.g. {differ[0]} = {current[differ[0]]!r}, checkpoint {saved.get(differ[0])!r})")
     if state["ranks"] != size:

@@ -89,6 +89,8 @@ ARRAY_TEMPLATE = """\
 #SBATCH --cpus-per-task=1
 #SBATCH --time={time}
 #SBATCH --signal=USR1@120
+#SBATCH --requeue
+#SBATCH --open-mode=append
 #SBATCH --output={outdir}/slurm-%A_%a.out
 {extra}
 export OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1

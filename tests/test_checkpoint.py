@@ -110,3 +110,16 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert checkpoint.load(path)["position"] == 1
     assert os.listdir(tmp_path) == ["x.ckpt"]  # no half-written file left behind
+
+
+def test_resume_skips_a_finished_sweep_cell_and_runs_the_missing_one(tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text(f'orderers = ["rr"]\nseeds = [0]\nepochs = 2\nworkers = 2\nquiet = true\n'
+                      f'out = "{tmp_path / "cells"}"\n[sweep]\nlr = [0.1, 0.2]\n')
+    assert run_serial(["run", str(config), "--cell", "0"]).returncode == 0
+    first = (tmp_path / "cells" / "cell_0000.h5").stat().st_mtime_ns
+    result = run_serial(["run", str(config), "--resume"])
+    assert result.returncode == 0, result.stderr
+    assert "cell_0000.h5 is already complete" in result.stdout
+    assert (tmp_path / "cells" / "cell_0000.h5").stat().st_mtime_ns == first
+    assert (tmp_path / "cells" / "cell_0001.h5").exists()
