@@ -107,6 +107,31 @@ def make_case(name, options, seed=0):
     return problem, A, y, x
 
 
+def test_every_registered_problem_has_a_reference_case():
+    """A new problem is one module in problems/ plus its NumPy reference in CASES above."""
+    missing = set(available_problems()) - {name for _, name, _, _ in CASES}
+    assert not missing, f"problems without a NumPy reference case in tests/test_problems.py: {missing}"
+
+
+@pytest.mark.parametrize("name", sorted(available_problems()))
+def test_contract_holds_for_every_registered_problem(name):
+    """The generic contract, with default options: batch_grads is consistent with full_grad and
+    full_loss, the shapes are right, and accuracy is a fraction or NaN."""
+    problem, A, y, x = make_case(name, {})
+    problem.check_data(A, y)
+    idx = np.arange(N, dtype=np.int64)
+    per_example = np.empty((N, problem.dim))
+    total = problem.batch_grads(x, A, y, idx, problem.params, per_example)
+    mean_grad = np.empty(problem.dim)
+    mean_loss = problem.full_grad(x, A, y, idx, problem.params, mean_grad)
+    np.testing.assert_allclose(mean_loss, total / N, rtol=1e-12)
+    np.testing.assert_allclose(problem.full_loss(x, A, y, idx, problem.params), mean_loss, rtol=1e-12)
+    np.testing.assert_allclose(mean_grad, per_example.mean(axis=0), rtol=1e-10, atol=1e-13)
+    accuracy = problem.accuracy(x, A, y, idx, problem.params)
+    assert np.isnan(accuracy) if problem.label_kind == "real" else 0.0 <= accuracy <= 1.0
+    assert problem.initial_point(np.random.default_rng(0)).shape == (problem.dim,)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_kernels_match_numpy_reference(case):
     _, name, options, ref = case
