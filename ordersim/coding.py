@@ -169,6 +169,17 @@ class Scheme:
         weights[:, 0] = a @ self.B
         return StepResult(gradient, t, arrival <= t, used, a, weights, self.load_at(step))
 
+    def step_weights(self, arrival: np.ndarray, step: int = 0):
+        """The decode of one step without the gradients: (weights (k, s+1), time, responded), the
+        same as ``step(G, arrival, step)``'s fields for any G. A pure function of (arrival, step),
+        also for the pipelined schemes (see ``_Pipelined.stamps``), so the simulator can compute it
+        identically on every rank, for any step, in any order."""
+        arrival, first, t = self._arrival_order(arrival)
+        a = self.coefficients(first)
+        weights = np.zeros((self.k, self.s + 1))
+        weights[:, 0] = a @ self.B
+        return weights, t, arrival <= t
+
     def step_times(self, arrival: np.ndarray) -> np.ndarray:
         """Decode times of many steps at once: arrival (T, n_w) -> (T,)."""
         arrival = np.asarray(arrival, dtype=np.float64)
@@ -288,8 +299,10 @@ class _CRDecoder:
         return max(np.linalg.cond(B[list(I)]) for I in itertools.combinations(range(self.workers), r))
 
     def coefficients(self, first):
-        first = np.asarray(first)
-        key = np.sort(first).tobytes()
+        # solve in worker order, so the coefficients depend on the responder set only, not on its
+        # arrival order or on which order the cache first saw it in (resumed runs, look-ahead)
+        first = np.sort(np.asarray(first))
+        key = first.tobytes()
         if key not in self._cache:
             BI = self.B[first]
             sol, *_ = np.linalg.lstsq(BI.T, np.ones(self.k), rcond=None)
@@ -353,6 +366,23 @@ class _Pipelined:
             return np.ones((self.workers, s1), dtype=bool)
         q = (step + self.offsets) % s1
         return np.arange(s1)[None, :] == q[:, None]
+
+    def stamps(self, step: int) -> np.ndarray:
+        """(n_w, s+1): the step at which every worker last computed each list position, as of
+        ``step`` (inclusive): max(0, t − ((t + r_i − q) mod (s+1))), step 0 being the fill. This is
+        what ``step`` keeps in ``stamp``; here it follows from the schedule alone."""
+        q = np.arange(self.s + 1)[None, :]
+        return np.maximum(0, step - (step + self.offsets[:, None] - q) % (self.s + 1))
+
+    def step_weights(self, arrival, step=0):
+        arrival, first, t = self._arrival_order(arrival)
+        a = self.coefficients(first)
+        used = np.flatnonzero(a)
+        coef = self.B[used[:, None], self.plist[used]]
+        weights = np.zeros((self.k, self.s + 1))
+        ages = step - self.stamps(step)[used]
+        np.add.at(weights, (self.plist[used], ages), a[used][:, None] * coef)
+        return weights, t, arrival <= t
 
     def reset(self):
         self.h = None

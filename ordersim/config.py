@@ -83,9 +83,11 @@ class Config:
     straggler_options: dict = _help("straggler model parameters as a table, e.g. {a = 1, mu = 1}; "
                                     "latency (s) and bandwidth (bytes/s) set the communication model",
                                     default_factory=dict)
-    coding: str = _help("gradient coding the simulated clock waits by: wait-all, gc-fr, gc-cr",
-                        default="wait-all")
-    coding_s: int = _help("stragglers s the coding tolerates (gc-fr needs (s+1) | workers)", default=1)
+    coding: str = _help("straggler mitigation (needs stragglers): wait-all, gc-fr, gc-cr (exact: the "
+                        "clock only), ignore-stragglers, pgc-fr, pgc-cr (the update is the scheme's "
+                        "decoded gradient; docs/stragglers.md)", default="wait-all")
+    coding_s: int = _help("stragglers s the coding tolerates, < workers (gc-fr and pgc-fr need "
+                          "(s+1) | workers)", default=1)
     checkpoint_every: int = _help("also write a checkpoint every K epochs (0 = only when SIGTERM or "
                                   "SIGUSR1 arrives); resume with --resume", default=0)
     backend: str = _help("serial (all workers in one process), mpi (ranks host workers), or auto "

@@ -100,7 +100,65 @@ def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b
     return done
 
 
+@njit(cache=True)
+def apply_coded_update(x, velocity, history, coef, step, lr, momentum, weight_decay):
+    """The update of a decoded scheme (ignore-stragglers, pipelined GC) at global step `step`.
+
+    history (s+1, k, d): partition j's gradient sum of step u is history[u mod (s+1), j];
+    coef (k, s+1): the step's update coefficients (EpochClock.update_coefficients, the decode
+    weights already divided by k times the examples per partition). g = Σ_j Σ_age coef[j, age] ·
+    history[(step − age) mod (s+1), j], partitions in order, ages in order inside, zero
+    coefficients skipped; then weight decay, momentum and the step as in apply_update. Returns
+    whether x is still finite.
+    """
+    slots, k, d = history.shape
+    total = np.zeros(d)
+    for j in range(k):
+        for age in range(slots):
+            c = coef[j, age]
+            if c != 0.0:
+                slot = (step - age) % slots
+                for i in range(d):
+                    total[i] += c * history[slot, j, i]
+    finite = True
+    for i in range(d):
+        g = total[i] + weight_decay * x[i]
+        if momentum != 0.0:
+            velocity[i] = momentum * velocity[i] + g
+            g = velocity[i]
+        x[i] -= lr * g
+        finite &= x[i] - x[i] == 0.0
+    return finite
+
+
+@njit  # takes the problem's kernel as an argument: not cacheable (numba#2956)
+def serial_steps_coded(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b, lr, momentum,
+                       weight_decay, store, grads_out, idx, scratch, history, coef, step, step_losses):
+    """serial_steps for a decoded scheme: every partition's gradient sum of global step u goes to
+    history[u mod (s+1)] and the update is apply_coded_update with coef[s] (coef: this chunk's
+    (steps, k, s+1) coefficients; `step` the global index of its first step)."""
+    m = order.shape[0]
+    slots = history.shape[0]
+    done = 0
+    for s in range(steps):
+        count = min(b, n - pos)
+        sums = history[(step + s) % slots]
+        loss = 0.0
+        for w in range(m):
+            out = grads_out[w, done:done + count] if store else scratch
+            loss += worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count, idx,
+                                out, sums[w])
+        finite = apply_coded_update(x, velocity, history, coef[s], step + s, lr, momentum, weight_decay)
+        step_losses[s] = loss / (m * count)
+        if not finite or not np.isfinite(loss):
+            return -1
+        pos += count
+        done += count
+    return done
+
+
 _LOCAL_STEPS = {}
+_LOCAL_STEPS_CODED = {}
 
 
 def local_steps(batch_grads):
@@ -128,6 +186,32 @@ def local_steps(batch_grads):
                                            idx, grads[w], sums[w])
             return True
         _LOCAL_STEPS[batch_grads] = kernel
+    return kernel
+
+
+def local_steps_coded(batch_grads):
+    """local_steps for a decoded scheme:
+
+        ok = kernel(x, velocity, history, coef, update_step, lr, momentum, weight_decay,
+                    A, y, params, order, n, pos, count, idx, grads, sums, losses)
+
+    first applies the update of global step update_step (apply_coded_update with coef, that step's
+    (k, s+1) coefficients; skipped when update_step < 0), then computes the local workers'
+    gradients and sums like local_steps (the caller gathers the sums into history)."""
+    kernel = _LOCAL_STEPS_CODED.get(batch_grads)
+    if kernel is None:
+        @njit
+        def kernel(x, velocity, history, coef, update_step, lr, momentum, weight_decay,
+                   A, y, params, order, n, pos, count, idx, grads, sums, losses):
+            if update_step >= 0:
+                if not apply_coded_update(x, velocity, history, coef, update_step, lr, momentum,
+                                          weight_decay):
+                    return False
+            for w in range(order.shape[0]):
+                losses[w, 0] = worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count,
+                                           idx, grads[w], sums[w])
+            return True
+        _LOCAL_STEPS_CODED[batch_grads] = kernel
     return kernel
 
 

@@ -250,6 +250,12 @@ class Run:
         self.step = 0
         self.trace_steps: list[tuple[int, int, float]] = []
         self.clock = clock_from_config(config, m, d, seed)  # simulated time (docs/stragglers.md)
+        # Decoded schemes (ignore-stragglers, pipelined GC) update along the scheme's decoded
+        # gradient: partition j = worker j's shard; history[u mod (s+1)] holds every partition's
+        # gradient sum of step u (the last s+1 steps), on every rank.
+        self.coded = self.clock is not None and self.clock.decoded
+        self.history = np.zeros((self.clock.scheme.s + 1, m, d)) if self.coded else None
+        self.steps_per_epoch = -(-n // b)
         self.epoch = 0  # epochs completed
         self.wall_start = time.perf_counter()
 
@@ -258,15 +264,16 @@ class Run:
         """What a checkpoint keeps of this rank's run (the orderer with all its arrays)."""
         return dict(x=self.x, velocity=self.velocity, orderer=self.orderer, step=self.step,
                     epoch=self.epoch, status=self.status, timers=self.timers,
-                    elapsed=time.perf_counter() - self.wall_start)
+                    elapsed=time.perf_counter() - self.wall_start, history=self.history)
 
     def restore(self, state: dict) -> None:
         self.x, self.velocity, self.orderer = state["x"], state["velocity"], state["orderer"]
         self.step, self.epoch, self.status = state["step"], state["epoch"], state["status"]
         self.timers = state["timers"]
+        self.history = state.get("history")
         self.wall_start = time.perf_counter() - state["elapsed"]
         if self.clock:  # simulated time is a function of the steps: replay it, record nothing
-            self.clock.skip(self.epoch, -(-self.n // self.b))
+            self.clock.skip(self.epoch, self.steps_per_epoch)
 
     # -- training ---------------------------------------------------------------------------------
     def timed(self, key, func, *args):
@@ -279,7 +286,13 @@ class Run:
         """One epoch; False when the run diverged."""
         order = self.timed("order_time", self.orderer.begin_epoch)[self.own_rows]
         first_step = self.step
-        if self.setup.backend.size == 1:
+        if self.coded:
+            coef = self.clock.update_coefficients(first_step, self.steps_per_epoch, self.n, self.b)
+            if self.setup.backend.size == 1:
+                ok = self._serial_epoch_coded(epoch, order, lr, coef)
+            else:
+                ok = self._mpi_epoch_coded(epoch, order, lr, coef)
+        elif self.setup.backend.size == 1:
             ok = self._serial_epoch(epoch, order, lr)
         else:
             ok = self._mpi_epoch(epoch, order, lr)
@@ -371,6 +384,97 @@ class Run:
         if ok:
             t0 = clock()
             ok = engine.apply_update(x, velocity, all_sums, pending, lr, momentum, weight_decay)
+            compute += clock() - t0
+        self.timers["compute_time"] += compute
+        self.timers["comm_time"] += comm
+        self.timers["order_time"] += ordering
+        return ok
+
+    # The coded path (decoded schemes): the plain loops above with the per-partition sums kept in
+    # self.history and the update of engine.apply_coded_update; kept apart so the plain loops stay
+    # as they are. The orderer observes the same per-example gradients as in the plain path
+    # (docs/stragglers.md, "How rr, d-grab and cd-grab run").
+    def _serial_epoch_coded(self, epoch, order, lr, coef):
+        s, config = self.setup, self.setup.config
+        m, n, b, d = self.m, self.n, self.b, self.d
+        store = self.orderer.needs_gradients
+        steps_total = self.steps_per_epoch
+        chunk = max(1, CHUNK_DOUBLES // (m * b * d)) if store else steps_total
+        grads_out = np.empty((m, min(chunk * b, n), d) if store else (1, 1, 1))
+        scratch = np.empty((b, d))
+        losses = np.empty(chunk)
+        pos = k = 0
+        while pos < n:
+            steps = min(chunk, -(-(n - pos) // b))
+            done = self.timed("compute_time", engine.serial_steps_coded, s.problem.batch_grads, self.x,
+                              self.velocity, s.A, s.y, s.problem.params, order, n, pos, steps, b, lr,
+                              config.momentum, config.weight_decay, store, grads_out, self.idx,
+                              scratch, self.history, coef[k:k + steps], self.step, losses)
+            if done < 0:
+                return False
+            self._record_steps(epoch, losses[:steps])
+            if store:
+                self.timed("order_time", self.orderer.observe, grads_out[:, :done])
+            pos += done
+            k += steps
+        return True
+
+    def _mpi_epoch_coded(self, epoch, order, lr, coef):
+        s, config, backend = self.setup, self.setup.config, self.setup.backend
+        m, n, b, d, local = self.m, self.n, self.b, self.d, self.local
+        kernel = engine.local_steps_coded(s.problem.batch_grads)
+        grads = np.empty((local, b, d))
+        local_sums = np.empty((local, d))
+        local_loss = np.empty((local, 1))
+        all_loss = np.empty((m, 1))
+        all_grads = np.empty((m, b, d)) if self.coordinated else None
+        observe = self.orderer.observe if self.orderer.needs_gradients else None
+        gather, clock = backend.gather_workers, time.perf_counter
+        x, velocity, A, y, params, idx = self.x, self.velocity, s.A, s.y, s.problem.params, self.idx
+        history, slots = self.history, self.history.shape[0]
+        momentum, weight_decay, every = config.momentum, config.weight_decay, config.trace_every
+        compute = comm = ordering = 0.0
+        pending = -1  # global step whose update is still to apply (-1: none)
+        pos, k, ok = 0, 0, True
+        while pos < n:
+            count = min(b, n - pos)
+            t0 = clock()
+            ok = kernel(x, velocity, history, coef[k - 1], pending, lr, momentum, weight_decay, A, y,
+                        params, order, n, pos, count, idx, grads, local_sums, local_loss)
+            t1 = clock()
+            compute += t1 - t0
+            if not ok:
+                break
+            sums = history[self.step % slots]
+            if self.coordinated:
+                part = grads if count == b else np.ascontiguousarray(grads[:, :count])
+                gathered = all_grads if count == b else np.empty((m, count, d))
+                gather(part, gathered)
+                engine.row_sums(gathered, sums)
+                observed = gathered
+            else:
+                gather(local_sums, sums)
+                observed = grads if count == b else grads[:, :count]
+            traced = every and self.step % every == 0
+            if traced:
+                gather(local_loss, all_loss)
+            t2 = clock()
+            if observe is not None:
+                observe(observed)
+            t3 = clock()
+            comm += t2 - t1
+            ordering += t3 - t2
+            if traced:
+                loss = engine.sum_in_worker_order(all_loss)[0] / (m * count)
+                self.trace_steps.append((epoch, self.step, loss))
+            pending = self.step
+            self.step += 1
+            pos += count
+            k += 1
+        if ok:
+            t0 = clock()
+            ok = engine.apply_coded_update(x, velocity, history, coef[k - 1], pending, lr, momentum,
+                                           weight_decay)
             compute += clock() - t0
         self.timers["compute_time"] += compute
         self.timers["comm_time"] += comm

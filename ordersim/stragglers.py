@@ -450,28 +450,39 @@ class StragglerClock:
 
 
 # -- the simulator's side (docs/stragglers.md) ------------------------------------------------------
-# Schemes whose decoded gradient is the full gradient: training is unchanged and only the clock runs.
-# ignore-stragglers and pipelined GC change the update itself; the simulator does not run them yet.
-INTEGRATED_SCHEMES = ("wait-all", "gc-fr", "gc-cr")
+# Exact schemes decode the full gradient Σ_j g_j: training keeps the plain sum (bit for bit the run
+# without stragglers) and only the clock runs. Decoded schemes change the update itself: the model
+# moves along the scheme's decoded gradient (Run's coded path, engine.apply_coded_update).
+EXACT_SCHEMES = ("wait-all", "gc-fr", "gc-cr")
+DECODED_SCHEMES = ("ignore-stragglers", "pgc-fr", "pgc-cr")
+INTEGRATED_SCHEMES = EXACT_SCHEMES + DECODED_SCHEMES
 COMM_OPTIONS = ("latency", "bandwidth")
 
 
 class EpochClock:
     """What ``Run`` holds when ``stragglers`` is set: the simulated time of every step, advanced
-    per epoch from the scheme's wait rule (vectorized; no gradients needed for exact schemes), and
-    the per-step records the trace stores. Depends only on (seed, workers, step): every rank
-    computes the same numbers."""
+    per epoch from the scheme's wait rule (vectorized; no gradients needed), the decode weights of
+    the decoded schemes, and the records the trace stores. Depends only on
+    (seed, workers, step): every rank computes the same numbers."""
 
     def __init__(self, model: StragglerModel, scheme, dim: int, comm: CommModel):
         self.model, self.scheme, self.dim, self.comm = model, scheme, dim, comm
+        self.decoded = scheme.name in DECODED_SCHEMES
         self.now = 0.0
         self.pending: dict[str, list] = {"step_time": [], "responded": []}
         self.epoch_times: list[float] = []
 
+    def arrivals(self, first: int, steps: int) -> np.ndarray:
+        """(steps, n_w) arrival times at the server: compute time at each step's load (pipelined
+        GC's step 0 has load s+1) plus the upload."""
+        base, extra = self.model.draw(first, steps)
+        load = np.array([self.scheme.load_at(t) for t in range(first, first + steps)], dtype=np.float64)
+        return load[:, None] * base + extra + self.comm.time(8 * self.dim)
+
     def advance(self, first: int, steps: int) -> float:
         """Simulated time of steps first .. first+steps-1 (one epoch); returns their total."""
         message = self.comm.time(8 * self.dim)
-        arrival = self.model.times_block(first, steps, self.scheme.load) + message
+        arrival = self.arrivals(first, steps)
         decode = self.scheme.step_times(arrival)
         step_time = decode + message  # the model's broadcast, then the wait for the decoder
         self.pending["step_time"].append(step_time)
@@ -480,6 +491,27 @@ class EpochClock:
         self.now += total
         self.epoch_times.append(total)
         return total
+
+    def weights(self, first: int, steps: int) -> np.ndarray:
+        """(steps, k, s+1): weights[t, j, age], the weight of partition j's gradient computed
+        ``age`` steps before step first+t in that step's decoded gradient (StepResult.weights)."""
+        arrival = self.arrivals(first, steps)
+        out = np.empty((steps, self.scheme.k, self.scheme.s + 1))
+        for t in range(steps):
+            out[t] = self.scheme.step_weights(arrival[t], first + t)[0]
+        return out
+
+    def update_coefficients(self, first: int, steps: int, n: int, b: int) -> np.ndarray:
+        """(steps, k, s+1) coefficients of the coded update: weights[t, j, age] / (k · c(t − age)),
+        c(u) the examples per partition at step u (b, or fewer at an epoch's last step), so that
+        Σ_j Σ_age coef · (partition j's gradient sum of step t − age) is the decoded estimate of
+        the mean gradient (the plain path's Σ_j g_j / (m · c))."""
+        w = self.weights(first, steps)
+        per_epoch = -(-n // b)
+        ages = np.arange(self.scheme.s + 1)
+        u = np.arange(first, first + steps)[:, None] - ages[None, :]
+        count = np.minimum(b, n - (u % per_epoch) * b).astype(np.float64)  # (steps, s+1)
+        return w / (self.scheme.k * count[:, None, :])
 
     def skip(self, epochs: int, steps_per_epoch: int) -> None:
         """Advance through ``epochs`` whole epochs from step 0 without recording (a resumed run)."""
@@ -514,23 +546,24 @@ def clock_from_config(config, workers: int, dim: int, seed: int) -> EpochClock |
     comm = CommModel(**{k: float(options.pop(k)) for k in COMM_OPTIONS if k in options})
     model = make_straggler_model(config.stragglers, workers, seed, **options)
     if config.coding not in INTEGRATED_SCHEMES:
-        raise ValueError(f"coding {config.coding!r} changes the update itself, which the simulator "
-                         f"does not run yet; use one of {', '.join(INTEGRATED_SCHEMES)}")
+        raise ValueError(f"unknown coding {config.coding!r}; known: {', '.join(INTEGRATED_SCHEMES)}")
     scheme = make_scheme(config.coding, workers, config.coding_s if config.coding != "wait-all" else 0, seed)
     return EpochClock(model, scheme, dim, comm)
 
 
 def config_error(config, workers: int) -> str | None:
     """The one-line message naming the straggler field at fault, or None (no data needed)."""
+    if config.coding not in INTEGRATED_SCHEMES:
+        return (f"config field 'coding': {config.coding!r} is not allowed; allowed: "
+                f"{', '.join(INTEGRATED_SCHEMES)}")
     if not config.stragglers:
+        if config.coding != "wait-all":
+            return (f"config field 'stragglers': coding {config.coding!r} needs a straggler model to "
+                    f"decide who responds; set stragglers to one of {', '.join(STRAGGLER_MODELS)}")
         return None
     if config.stragglers not in STRAGGLER_MODELS:
         return (f"config field 'stragglers': {config.stragglers!r} is not allowed; allowed: '' (off), "
                 f"{', '.join(STRAGGLER_MODELS)}")
-    if config.coding not in INTEGRATED_SCHEMES:
-        return (f"config field 'coding': {config.coding!r} is not allowed; allowed: "
-                f"{', '.join(INTEGRATED_SCHEMES)} (ignore-stragglers and pipelined GC change the "
-                f"update and are not in the simulator yet)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -541,5 +574,5 @@ def config_error(config, workers: int) -> str | None:
     return None
 
 
-__all__ = ["BLOCK", "INTEGRATED_SCHEMES", "STRAGGLER_MODELS", "CommModel", "EpochClock", "StragglerClock",
+__all__ = ["BLOCK", "DECODED_SCHEMES", "EXACT_SCHEMES", "INTEGRATED_SCHEMES", "STRAGGLER_MODELS", "CommModel", "EpochClock", "StragglerClock",
            "StragglerModel", "clock_from_config", "config_error", "load_trace", "make_straggler_model"]

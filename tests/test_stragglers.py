@@ -190,7 +190,7 @@ def test_simulator_records_simulated_time_without_changing_training(tmp_path, ca
         np.testing.assert_allclose(r1["sim_time"][()], [0, step_time[:steps // 2].sum(), step_time.sum()],
                                    rtol=1e-12)
     assert main([*common, "--out", str(tmp_path / "x.h5"), "--stragglers", "shifted-exp",
-                 "--coding", "pgc-cr"]) == 2
+                 "--coding", "pgc-nope"]) == 2
     assert "config field 'coding'" in capsys.readouterr().err
     assert main([*common, "--out", str(tmp_path / "x.h5"), "--stragglers", "shifted-exp",
                  "--coding", "gc-fr", "--coding-s", "3"]) == 2
