@@ -300,6 +300,8 @@ class Run:
             self.timed("order_time", self.orderer.end_epoch)
             if self.clock:
                 self.clock.advance(first_step, self.step - first_step)
+                self.clock.cover(first_step, self.step - first_step, self.n, self.b,
+                                 self.setup.config.epochs * self.steps_per_epoch)
         return ok
 
     def _serial_epoch(self, epoch, order, lr):
@@ -600,14 +602,17 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
             trace = writer.run(orderer_name, seed)
             first_epoch, run_states = run.epoch + 1, None
             record = resume["record"]
+            visited = gather_order(run) if config.record_orders else None
         else:
             trace = writer.start_run(orderer_name, seed, dict(
                 workers=config.workers, examples_per_worker=setup.n, batch=config.batch, lr=config.lr,
                 **constants, **(run.clock.attrs() if run.clock else {})))
             record = run.measure(0, run.wall_start)
             trace.append_epoch(record)
+            visited = None  # the orders the next epoch visits (for per-example coverage)
             if config.record_orders:
-                trace.append_orders(gather_order(run))
+                visited = gather_order(run)
+                trace.append_orders(visited)
             first_epoch = 1
         for epoch in range(first_epoch, config.epochs + 1):
             lr = learning_rate(config, epoch - 1, setup)
@@ -621,13 +626,17 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
                 record = run.measure(epoch, run.wall_start)
                 trace.append_epoch(record)
                 progress(config, backend, orderer_name, seed, record)
+            coverage = None
             if config.record_orders:
-                trace.append_orders(gather_order(run))
+                if run.clock:  # (1, m, n) by example index, from the orders this epoch visited
+                    coverage = run.clock.coverage_by_example(visited)[None]
+                visited = gather_order(run)
+                trace.append_orders(visited)
             if run.trace_steps:
                 trace.append_steps(*zip(*run.trace_steps))
                 run.trace_steps.clear()
             if run.clock:
-                trace.append_group("stragglers", run.clock.take())
+                trace.append_group("stragglers", dict(run.clock.take(), coverage=coverage))
             if epoch < config.epochs:
                 checkpoint_if_due(config, backend, stop, ckpt, epoch, dict(
                     position=index, results=results, record=record, lengths=trace.lengths()),

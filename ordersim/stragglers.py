@@ -462,7 +462,7 @@ COMM_OPTIONS = ("latency", "bandwidth")
 class EpochClock:
     """What ``Run`` holds when ``stragglers`` is set: the simulated time of every step, advanced
     per epoch from the scheme's wait rule (vectorized; no gradients needed), the decode weights of
-    the decoded schemes, and the records the trace stores. Depends only on
+    the decoded schemes, per-example coverage, and the records the trace stores. Depends only on
     (seed, workers, step): every rank computes the same numbers."""
 
     def __init__(self, model: StragglerModel, scheme, dim: int, comm: CommModel):
@@ -470,7 +470,9 @@ class EpochClock:
         self.decoded = scheme.name in DECODED_SCHEMES
         self.now = 0.0
         self.pending: dict[str, list] = {"step_time": [], "responded": []}
+        self.pending_epoch: dict[str, list] = {}
         self.epoch_times: list[float] = []
+        self.last_coverage = None  # (k, n) counts by visit position of the last covered epoch
 
     def arrivals(self, first: int, steps: int) -> np.ndarray:
         """(steps, n_w) arrival times at the server: compute time at each step's load (pipelined
@@ -513,6 +515,41 @@ class EpochClock:
         count = np.minimum(b, n - (u % per_epoch) * b).astype(np.float64)  # (steps, s+1)
         return w / (self.scheme.k * count[:, None, :])
 
+    def cover(self, first: int, steps: int, n: int, b: int, end: int) -> None:
+        """Per-example coverage of the epoch of steps first .. first+steps-1: how many updates
+        (steps < ``end``, the run's last step + 1) each example's gradient entered with a non-zero
+        weight, and its total weight. A gradient computed at step u enters the updates u .. u+s
+        (pipelined GC; later ones belong to the next epoch's first steps but count for the epoch
+        that computed it). Records per-epoch min/mean/max of both over the k·n examples and keeps
+        the counts by visit position in ``last_coverage`` (k, n)."""
+        k = self.scheme.k
+        if self.decoded:
+            ahead = self.scheme.s if self.scheme.pipelined else 0
+            span = min(steps + ahead, end - first)
+            w = self.weights(first, span)  # (span, k, s+1)
+            count = np.zeros((steps, k))
+            total = np.zeros((steps, k))
+            for age in range(self.scheme.s + 1):
+                used = w[age:, :, age][:steps]  # updates at step u + age of gradients of step u
+                rows = used.shape[0]
+                count[:rows] += used != 0
+                total[:rows] += used
+        else:  # the exact sum: every gradient enters its own step's update once, with weight 1
+            count, total = np.ones((steps, k)), np.ones((steps, k))
+        per_example = np.repeat(np.arange(steps), b)[:n]  # visit position -> step of the epoch
+        count, total = count[per_example].T, total[per_example].T  # (k, n)
+        self.last_coverage = count.astype(np.int16)
+        for name, values in (("coverage", count), ("coverage_weight", total)):
+            for stat in ("min", "mean", "max"):
+                self.pending_epoch.setdefault(f"{name}_{stat}", []).append(float(getattr(values, stat)()))
+
+    def coverage_by_example(self, order: np.ndarray) -> np.ndarray:
+        """The last covered epoch's counts (k, n) int16 by local example index, given that epoch's
+        visit orders (k, n)."""
+        out = np.empty_like(self.last_coverage)
+        np.put_along_axis(out, np.asarray(order), self.last_coverage, axis=1)
+        return out
+
     def skip(self, epochs: int, steps_per_epoch: int) -> None:
         """Advance through ``epochs`` whole epochs from step 0 without recording (a resumed run)."""
         for e in range(epochs):
@@ -529,10 +566,13 @@ class EpochClock:
                     latency=self.comm.latency, bandwidth=self.comm.bandwidth)
 
     def take(self) -> dict:
-        """The per-step arrays gathered since the last call (for the trace), and forget them."""
+        """The per-step and per-epoch arrays gathered since the last call (for the trace's
+        ``stragglers`` group), and forget them."""
         out = {k: np.concatenate(v) if v else None for k, v in self.pending.items()}
+        out.update({k: np.asarray(v) for k, v in self.pending_epoch.items() if v})
         for v in self.pending.values():
             v.clear()
+        self.pending_epoch.clear()
         return out
 
 

@@ -1,6 +1,6 @@
 """Training under ignore-stragglers and pipelined GC (docs/stragglers.md): the model moves along the
 scheme's decoded gradient, checked against a plain NumPy simulation of the scheme; per-example
-serial and MPI agree bit for bit; impossible configs exit 2 naming the field."""
+coverage; serial and MPI agree bit for bit; impossible configs exit 2 naming the field."""
 
 import signal
 import subprocess
@@ -103,6 +103,44 @@ def test_decoded_training_matches_numpy_reference(coding, s, batch, momentum):
                         SerialBackend(config.workers)), "rr", 2)
     assert plain.train_epoch(1, config.lr)
     assert not np.allclose(plain.x, run.x)
+
+
+def test_coverage_is_recorded_and_consistent(tmp_path):
+    out = tmp_path / "cov.h5"
+    args = ["--problem", "least-squares", "--data", "synthetic:regression?n=122&d=4", "--test-fraction",
+            "0", "--workers", "6", "--batch", "4", "--epochs", "3", "--seeds", "1", "--orderers", "rr",
+            "cd-grab", "--no-herding", "--quiet", "--stragglers", "shifted-exp", "--coding-s", "2",
+            "--record-orders"]
+    for coding in ("ignore-stragglers", "pgc-cr", "gc-fr"):
+        path = tmp_path / f"{coding}.h5"
+        result = run_serial([*args, "--coding", coding, "--out", str(path)])
+        assert result.returncode == 0, result.stderr
+        with h5py.File(path, "r") as f:
+            run = f["runs/cd-grab/seed_1"]
+            g = run["stragglers"]
+            m, n = f["shards"].shape
+            cov = g["coverage"][()]
+            assert cov.shape == (3, m, n) and cov.dtype == np.int16
+            for name in ("min", "mean", "max"):
+                np.testing.assert_allclose(g[f"coverage_{name}"][()], getattr(cov.reshape(3, -1), name)(axis=1))
+            responded = g["responded"][()]
+            steps = -(-n // 4)
+            if coding == "gc-fr":
+                assert np.all(cov == 1) and np.all(g["coverage_weight_mean"][()] == 1)
+            elif coding == "ignore-stragglers":
+                # an example's gradient entered its step's update iff its partition's worker was
+                # among the first n - s responders (ties: responded may hold more)
+                assert set(np.unique(cov)) <= {0, 1}
+                orders = run["orders"][()]
+                for e in range(3):
+                    for j in range(m):
+                        for pos in range(n):
+                            used = cov[e, j, orders[e, j, pos]]
+                            assert used <= responded[e * steps + pos // 4, j]
+                assert np.all(np.abs(g["coverage_weight_mean"][()] - 1) < 0.2)
+                assert np.all(cov.reshape(3, -1).sum(axis=1) == (m - 2) * n)
+            else:
+                assert cov.max() <= 3 and cov.min() >= 0
 
 
 @pytest.mark.parametrize("coding", DECODED)
