@@ -1,11 +1,14 @@
 """Convergence: train loss, suboptimality, gradient norm and test accuracy per orderer.
 
     python -m analysis.convergence FILE.h5 [FILE.h5 ...] --out DIR [--band minmax|std]
+                                   [--x epochs time sim_time]
 
-Writes DIR/convergence_epochs.{png,pdf} (against epochs) and DIR/convergence_time.{png,pdf}
+Writes DIR/convergence_epochs.{png,pdf} (against epochs), DIR/convergence_time.{png,pdf}
 (against wall-clock time: at each measured epoch, the mean over seeds of the run's cumulative
-``wall_time``). One panel per metric present in the files, one line per orderer (and per
-configuration when the files differ in m, n, b, lr or problem): mean over seeds with a band.
+``wall_time``) and, for traces with a straggler model, DIR/convergence_sim_time.{png,pdf}
+(against simulated time, the cumulative ``sim_time``; docs/stragglers.md). ``--x`` picks the
+figures. One panel per metric present in the files, one line per orderer (and per configuration
+when the files differ in m, n, b, lr, problem, coding or s): mean over seeds with a band.
 """
 
 from __future__ import annotations
@@ -26,17 +29,25 @@ LABELS = {
 }
 DEFAULT_METRICS = ("train_loss", "suboptimality", "grad_norm", "test_accuracy")
 X_AXES = (("epochs", "epoch", "epoch $t$ (passes over the data)"),
-          ("time", "wall_time", "wall-clock time (s)"))
+          ("time", "wall_time", "wall-clock time (s)"),
+          ("sim_time", "sim_time", "simulated time (s)"))
 
 
-def plot(df, out, band_kind="minmax", names=DEFAULT_METRICS):
+def plot(df, out, band_kind="minmax", names=DEFAULT_METRICS, x_axes=None):
+    """x_axes: names from X_AXES (None: epochs, time, and sim_time when the files have it)."""
     metrics = [(m, *LABELS[m]) for m in names if m in df and df[m].notna().any()]
     if not metrics:
         raise SystemExit(f"convergence: none of {', '.join(names)} in the files")
+    has_sim = "sim_time" in df and df["sim_time"].notna().any()
+    if x_axes is None:
+        x_axes = ["epochs", "time"] + (["sim_time"] if has_sim else [])
+    elif "sim_time" in x_axes and not has_sim:
+        raise SystemExit("convergence: --x sim_time needs traces of runs with a straggler model "
+                         "(no dataset 'sim_time' in the files)")
     written = []
-    for name, x_col, x_label in X_AXES:
+    for name, x_col, x_label in (axis for axis in X_AXES if axis[0] in x_axes):
         fig, axes = style.figure(len(metrics))
-        times = style.by_seed(df, "epoch", "wall_time") if x_col == "wall_time" else None
+        times = style.by_seed(df, "epoch", x_col) if x_col != "epoch" else None
         for ax, (metric, y_label, scale) in zip(axes, metrics):
             scale = scale if df[metric].max() <= 1 else 1.0  # accuracy stored as a fraction or in %
             series = style.by_seed(df, "epoch", metric)
@@ -58,8 +69,11 @@ def main(argv=None) -> int:
     p.add_argument("--metrics", nargs="+", choices=tuple(LABELS), default=list(DEFAULT_METRICS), metavar="NAME",
                    help=f"per-epoch datasets to plot, one panel each (those absent from the files are skipped); "
                         f"choices: {', '.join(LABELS)}")
+    p.add_argument("--x", nargs="+", choices=[a[0] for a in X_AXES], default=None, metavar="AXIS",
+                   help="x axes, one figure each: epochs, time (wall clock), sim_time (simulated time "
+                        "of a straggler model); default: epochs and time, plus sim_time when present")
     args = style.parse(p, argv)
-    plot(style.load(args.files), args.out, args.band, args.metrics)
+    plot(style.load(args.files), args.out, args.band, args.metrics, args.x)
     return 0
 
 

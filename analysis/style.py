@@ -45,7 +45,8 @@ _SPARE = ("black", "darkgoldenrod", "navy", "teal", "indigo", "darkolivegreen")
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 1)), (0, (6, 2)))
 BAND_TEXT = {"minmax": "line: mean over seeds, band: min–max", "std": "line: mean over seeds, band: ±1 std"}
 # Configuration columns that tell runs apart besides the orderer, with their short names in labels.
-CONFIG = {"problem": "", "data": "", "workers": "m", "examples_per_worker": "n", "batch": "b", "lr": "lr"}
+CONFIG = {"problem": "", "data": "", "workers": "m", "examples_per_worker": "n", "batch": "b", "lr": "lr",
+          "coding": "", "coding_s": "s"}
 
 
 def color(label: str):

@@ -1,0 +1,58 @@
+"""Loss against simulated time (analysis.convergence --x sim_time) and time per step against s
+(analysis.stragglers), on small traces the simulator writes here."""
+
+import pytest
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("pandas")
+
+from analysis import convergence, stragglers  # noqa: E402
+from test_analysis import written  # noqa: E402
+from test_simulator import run_serial  # noqa: E402
+
+COMMON = ["--problem", "least-squares", "--data", "synthetic:regression?n=96&d=3", "--test-fraction", "0",
+          "--workers", "4", "--batch", "4", "--epochs", "2", "--seeds", "0", "1", "--orderers", "rr",
+          "cd-grab", "--no-herding", "--quiet", "--stragglers", "shifted-exp"]
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    out = tmp_path_factory.mktemp("stragglers")
+    paths = []
+    for coding, s in (("wait-all", 1), ("ignore-stragglers", 1), ("pgc-fr", 1), ("gc-cr", 1), ("pgc-cr", 1),
+                      ("pgc-cr", 2), ("gc-cr", 2), ("ignore-stragglers", 3)):
+        path = out / f"{coding}_{s}.h5"
+        result = run_serial([*COMMON, "--coding", coding, "--coding-s", str(s), "--out", str(path)])
+        assert result.returncode == 0, result.stderr
+        paths.append(str(path))
+    return paths
+
+
+def test_convergence_against_simulated_time(traces, tmp_path):
+    assert convergence.main([*traces, "--out", str(tmp_path), "--x", "sim_time", "--dpi", "60"]) == 0
+    written(tmp_path, "convergence_sim_time")
+    assert not (tmp_path / "convergence_epochs.png").exists()
+
+
+def test_convergence_sim_time_needs_straggler_traces(tmp_path):
+    path = tmp_path / "plain.h5"
+    assert run_serial([*COMMON[:-2], "--out", str(path)]).returncode == 0
+    with pytest.raises(SystemExit, match="sim_time"):
+        convergence.main([str(path), "--out", str(tmp_path), "--x", "sim_time"])
+    assert convergence.main([str(path), "--out", str(tmp_path), "--dpi", "60"]) == 0  # default: no sim_time
+    assert not (tmp_path / "convergence_sim_time.png").exists()
+
+
+def test_stragglers_script(traces, tmp_path, capsys):
+    assert stragglers.main([*traces, "--out", str(tmp_path), "--dpi", "60"]) == 0
+    written(tmp_path, "stragglers")
+    out = capsys.readouterr().out
+    assert "pgc-cr" in out and "wait-all" in out
+    summary = stragglers.table(stragglers.step_times(traces))
+    by = summary.set_index(["coding", "coding_s"])["mean"]
+    # GC computes s+1 partitions per worker per step: slower than pipelined GC at the same s
+    assert by[("gc-cr", 1)] > by[("pgc-cr", 1)] and by[("gc-cr", 2)] > by[("pgc-cr", 2)]
+    assert by[("ignore-stragglers", 3)] < by[("wait-all", 0)]
+    assert stragglers.main([*traces, "--out", str(tmp_path / "one"), "--orderers", "cd-grab",
+                            "--metric", "train_loss", "--dpi", "60"]) == 0
+    written(tmp_path / "one", "stragglers")
