@@ -286,16 +286,15 @@ class Run:
         """One epoch; False when the run diverged."""
         order = self.timed("order_time", self.orderer.begin_epoch)[self.own_rows]
         first_step = self.step
+        # Decoded schemes (ignore-stragglers, pipelined GC) update along coef-weighted partition
+        # sums kept in self.history (engine.apply_coded_update); all others along the plain sum.
+        coef = None
         if self.coded:
             coef = self.clock.update_coefficients(first_step, self.steps_per_epoch, self.n, self.b)
-            if self.setup.backend.size == 1:
-                ok = self._serial_epoch_coded(epoch, order, lr, coef)
-            else:
-                ok = self._mpi_epoch_coded(epoch, order, lr, coef)
-        elif self.setup.backend.size == 1:
-            ok = self._serial_epoch(epoch, order, lr)
+        if self.setup.backend.size == 1:
+            ok = self._serial_epoch(epoch, order, lr, coef)
         else:
-            ok = self._mpi_epoch(epoch, order, lr)
+            ok = self._mpi_epoch(epoch, order, lr, coef)
         if ok:
             self.timed("order_time", self.orderer.end_epoch)
             if self.clock:
@@ -304,114 +303,27 @@ class Run:
                                  self.setup.config.epochs * self.steps_per_epoch)
         return ok
 
-    def _serial_epoch(self, epoch, order, lr):
+    def _serial_epoch(self, epoch, order, lr, coef):
         s, config = self.setup, self.setup.config
         m, n, b, d = self.m, self.n, self.b, self.d
         store = self.orderer.needs_gradients
-        steps_total = -(-n // b)
-        chunk = max(1, CHUNK_DOUBLES // (m * b * d)) if store else steps_total
+        chunk = max(1, CHUNK_DOUBLES // (m * b * d)) if store else self.steps_per_epoch
         grads_out = np.empty((m, min(chunk * b, n), d) if store else (1, 1, 1))
         scratch = np.empty((b, d))
         worker_sums = np.empty((m, d))
         losses = np.empty(chunk)
-        pos = 0
-        while pos < n:
-            steps = min(chunk, -(-(n - pos) // b))
-            done = self.timed("compute_time", engine.serial_steps, s.problem.batch_grads, self.x,
-                              self.velocity, s.A, s.y, s.problem.params, order, n, pos, steps, b, lr,
-                              config.momentum, config.weight_decay, store, grads_out, self.idx,
-                              scratch, worker_sums, losses)
-            if done < 0:
-                return False
-            self._record_steps(epoch, losses[:steps])
-            if store:
-                self.timed("order_time", self.orderer.observe, grads_out[:, :done])
-            pos += done
-        return True
-
-    def _mpi_epoch(self, epoch, order, lr):
-        s, config, backend = self.setup, self.setup.config, self.setup.backend
-        m, n, b, d, local = self.m, self.n, self.b, self.d, self.local
-        # Everything a step touches is allocated here, once per epoch. A step is one jitted call
-        # (the previous step's update, then the local workers' gradients), one Allgather and
-        # observe(); the last step's update follows the loop.
-        kernel = engine.local_steps(s.problem.batch_grads)
-        grads = np.empty((local, b, d))
-        local_sums = np.empty((local, d))
-        local_loss = np.empty((local, 1))
-        all_sums = np.empty((m, d))
-        all_loss = np.empty((m, 1))
-        all_grads = np.empty((m, b, d)) if self.coordinated else None
-        # like the serial path, an orderer that needs no gradients (rr, so, ...) is not shown them
-        observe = self.orderer.observe if self.orderer.needs_gradients else None
-        gather, clock = backend.gather_workers, time.perf_counter
-        x, velocity, A, y, params, idx = self.x, self.velocity, s.A, s.y, s.problem.params, self.idx
-        momentum, weight_decay, every = config.momentum, config.weight_decay, config.trace_every
-        compute = comm = ordering = 0.0
-        pending = 0  # m * count of the step whose update is still to apply (0: none)
-        pos, ok = 0, True
-        while pos < n:
-            count = min(b, n - pos)
-            t0 = clock()
-            ok = kernel(x, velocity, all_sums, pending, lr, momentum, weight_decay, A, y, params, order,
-                        n, pos, count, idx, grads, local_sums, local_loss)
-            t1 = clock()
-            compute += t1 - t0
-            if not ok:
-                break
-            if self.coordinated:
-                part = grads if count == b else np.ascontiguousarray(grads[:, :count])
-                gathered = all_grads if count == b else np.empty((m, count, d))
-                gather(part, gathered)
-                engine.row_sums(gathered, all_sums)
-                observed = gathered
-            else:
-                gather(local_sums, all_sums)
-                observed = grads if count == b else grads[:, :count]
-            traced = every and self.step % every == 0
-            if traced:
-                gather(local_loss, all_loss)
-            t2 = clock()
-            if observe is not None:
-                observe(observed)
-            t3 = clock()
-            comm += t2 - t1
-            ordering += t3 - t2
-            if traced:
-                loss = engine.sum_in_worker_order(all_loss)[0] / (m * count)
-                self.trace_steps.append((epoch, self.step, loss))
-            self.step += 1
-            pending = m * count
-            pos += count
-        if ok:
-            t0 = clock()
-            ok = engine.apply_update(x, velocity, all_sums, pending, lr, momentum, weight_decay)
-            compute += clock() - t0
-        self.timers["compute_time"] += compute
-        self.timers["comm_time"] += comm
-        self.timers["order_time"] += ordering
-        return ok
-
-    # The coded path (decoded schemes): the plain loops above with the per-partition sums kept in
-    # self.history and the update of engine.apply_coded_update; kept apart so the plain loops stay
-    # as they are. The orderer observes the same per-example gradients as in the plain path
-    # (docs/stragglers.md, "How rr, d-grab and cd-grab run").
-    def _serial_epoch_coded(self, epoch, order, lr, coef):
-        s, config = self.setup, self.setup.config
-        m, n, b, d = self.m, self.n, self.b, self.d
-        store = self.orderer.needs_gradients
-        steps_total = self.steps_per_epoch
-        chunk = max(1, CHUNK_DOUBLES // (m * b * d)) if store else steps_total
-        grads_out = np.empty((m, min(chunk * b, n), d) if store else (1, 1, 1))
-        scratch = np.empty((b, d))
-        losses = np.empty(chunk)
+        common = (s.problem.batch_grads, self.x, self.velocity, s.A, s.y, s.problem.params, order, n)
         pos = k = 0
         while pos < n:
             steps = min(chunk, -(-(n - pos) // b))
-            done = self.timed("compute_time", engine.serial_steps_coded, s.problem.batch_grads, self.x,
-                              self.velocity, s.A, s.y, s.problem.params, order, n, pos, steps, b, lr,
-                              config.momentum, config.weight_decay, store, grads_out, self.idx,
-                              scratch, self.history, coef[k:k + steps], self.step, losses)
+            step_args = (pos, steps, b, lr, config.momentum, config.weight_decay, store, grads_out,
+                         self.idx, scratch)
+            if coef is None:
+                done = self.timed("compute_time", engine.serial_steps, *common, *step_args,
+                                  worker_sums, losses)
+            else:
+                done = self.timed("compute_time", engine.serial_steps_coded, *common, *step_args,
+                                  self.history, coef[k:k + steps], self.step, losses)
             if done < 0:
                 return False
             self._record_steps(epoch, losses[:steps])
@@ -421,33 +333,45 @@ class Run:
             k += steps
         return True
 
-    def _mpi_epoch_coded(self, epoch, order, lr, coef):
+    def _mpi_epoch(self, epoch, order, lr, coef):
         s, config, backend = self.setup, self.setup.config, self.setup.backend
         m, n, b, d, local = self.m, self.n, self.b, self.d, self.local
-        kernel = engine.local_steps_coded(s.problem.batch_grads)
+        # Everything a step touches is allocated here, once per epoch. A step is one jitted call
+        # (the previous step's update, then the local workers' gradients), one Allgather and
+        # observe(); the last step's update follows the loop. The plain update takes the gathered
+        # sums and m * count; a decoded one (coef given) every partition's sums of the last s + 1
+        # steps, kept in self.history, and the step's coefficients.
+        coded = coef is not None
+        if coded:
+            kernel, update = engine.local_steps_coded(s.problem.batch_grads), engine.apply_coded_update
+            history, slots = self.history, self.history.shape[0]
+        else:
+            kernel, update = engine.local_steps(s.problem.batch_grads), engine.apply_update
+            all_sums = np.empty((m, d))
         grads = np.empty((local, b, d))
         local_sums = np.empty((local, d))
         local_loss = np.empty((local, 1))
         all_loss = np.empty((m, 1))
         all_grads = np.empty((m, b, d)) if self.coordinated else None
+        # like the serial path, an orderer that needs no gradients (rr, so, ...) is not shown them
         observe = self.orderer.observe if self.orderer.needs_gradients else None
         gather, clock = backend.gather_workers, time.perf_counter
         x, velocity, A, y, params, idx = self.x, self.velocity, s.A, s.y, s.problem.params, self.idx
-        history, slots = self.history, self.history.shape[0]
         momentum, weight_decay, every = config.momentum, config.weight_decay, config.trace_every
         compute = comm = ordering = 0.0
-        pending = -1  # global step whose update is still to apply (-1: none)
+        # the update still to apply: (sums, m * count; 0 = none) or (history, coef, step; -1 = none)
+        pending = (history, coef[0], -1) if coded else (all_sums, 0)
         pos, k, ok = 0, 0, True
         while pos < n:
             count = min(b, n - pos)
             t0 = clock()
-            ok = kernel(x, velocity, history, coef[k - 1], pending, lr, momentum, weight_decay, A, y,
-                        params, order, n, pos, count, idx, grads, local_sums, local_loss)
+            ok = kernel(x, velocity, *pending, lr, momentum, weight_decay, A, y, params, order,
+                        n, pos, count, idx, grads, local_sums, local_loss)
             t1 = clock()
             compute += t1 - t0
             if not ok:
                 break
-            sums = history[self.step % slots]
+            sums = history[self.step % slots] if coded else all_sums
             if self.coordinated:
                 part = grads if count == b else np.ascontiguousarray(grads[:, :count])
                 gathered = all_grads if count == b else np.empty((m, count, d))
@@ -469,14 +393,13 @@ class Run:
             if traced:
                 loss = engine.sum_in_worker_order(all_loss)[0] / (m * count)
                 self.trace_steps.append((epoch, self.step, loss))
-            pending = self.step
+            pending = (history, coef[k], self.step) if coded else (all_sums, m * count)
             self.step += 1
             pos += count
             k += 1
         if ok:
             t0 = clock()
-            ok = engine.apply_coded_update(x, velocity, history, coef[k - 1], pending, lr, momentum,
-                                           weight_decay)
+            ok = update(x, velocity, *pending, lr, momentum, weight_decay)
             compute += clock() - t0
         self.timers["compute_time"] += compute
         self.timers["comm_time"] += comm
