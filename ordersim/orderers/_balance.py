@@ -74,6 +74,21 @@ def mean_balance_observe(grads, start, order, next_order, s, mean_prev, grad_sum
                 right[i] -= 1
 
 
+@njit(inline="always")
+def balance_difference(s, r, first, second, mode, tie_plus, walk_c, u, discrepancy, walk_failures, i):
+    """Sign of v = first - second against the running sum s[r], then s[r] += eps v; returns eps."""
+    dot = 0.0
+    for k in range(first.shape[0]):
+        dot += s[r, k] * (first[k] - second[k])
+    eps = choose_sign(dot, mode, tie_plus, walk_c, u)
+    if mode == SIGN_WALK and abs(dot) > walk_c:
+        walk_failures[i] += 1
+    for k in range(first.shape[0]):
+        s[r, k] += eps * (first[k] - second[k])
+    discrepancy[r] = max(discrepancy[r], row_abs_max(s, r))
+    return eps
+
+
 @njit(cache=True)
 def pair_balance_observe(grads, start, order, next_order, s, pending, left, right,
                          u, mode, tie_plus, walk_c, discrepancy, walk_failures):
@@ -81,8 +96,8 @@ def pair_balance_observe(grads, start, order, next_order, s, pending, left, righ
 
     ``s`` has one row per worker (independent, d-grab-pair) or a single shared row (cd-grab), and
     the pair's workers are visited in worker order inside every pair index, so with a shared row
-    the walk is the coordinated one of CD-GraB. ``pending`` keeps a copy of each row's first
-    gradient, since the caller may overwrite its buffer before the partner arrives.
+    the walk is the coordinated one of CD-GraB. When a pair's first gradient is the last of a call,
+    ``pending`` keeps a copy of it: the caller may overwrite its buffer before the partner arrives.
     With n odd the last example has no partner and takes the one free slot (left == right).
     """
     m, b, d = grads.shape
@@ -94,7 +109,7 @@ def pair_balance_observe(grads, start, order, next_order, s, pending, left, righ
             if t == n - 1:
                 for i in range(m):
                     next_order[i, left[i]] = order[i, t]
-            else:
+            elif j == b - 1:  # the partner comes in a later call: copy, the buffer may be reused
                 for i in range(m):
                     for k in range(d):
                         pending[i, k] = grads[i, j, k]
@@ -102,15 +117,12 @@ def pair_balance_observe(grads, start, order, next_order, s, pending, left, righ
         pair = t // 2
         for i in range(m):
             r = 0 if shared else i
-            dot = 0.0
-            for k in range(d):
-                dot += s[r, k] * (pending[i, k] - grads[i, j, k])
-            eps = choose_sign(dot, mode, tie_plus, walk_c, u[i, pair])
-            if mode == SIGN_WALK and abs(dot) > walk_c:
-                walk_failures[i] += 1
-            for k in range(d):
-                s[r, k] += eps * (pending[i, k] - grads[i, j, k])
-            discrepancy[r] = max(discrepancy[r], row_abs_max(s, r))
+            if j > 0:  # both of the pair are in this call's buffer
+                eps = balance_difference(s, r, grads[i, j - 1], grads[i, j], mode, tie_plus, walk_c,
+                                         u[i, pair], discrepancy, walk_failures, i)
+            else:
+                eps = balance_difference(s, r, pending[i], grads[i, j], mode, tie_plus, walk_c,
+                                         u[i, pair], discrepancy, walk_failures, i)
             first, second = order[i, t - 1], order[i, t]
             if eps > 0.0:
                 next_order[i, left[i]] = first
