@@ -4,6 +4,12 @@ import os
 for _variable in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
-from ordersim.cli import main  # noqa: E402  (after the thread settings, before numpy loads)
+# Under Slurm, Numba's cache goes to node-local disk, one directory per job, unless the user chose
+# a place: next to the sources on a shared file system, many nodes would write it at once.
+if "SLURM_JOB_ID" in os.environ:
+    os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(
+        os.environ.get("TMPDIR", "/tmp"), f"ordersim-numba-{os.environ['SLURM_JOB_ID']}"))
+
+from ordersim.cli import main  # noqa: E402  (after the settings above, before numpy and numba load)
 
 raise SystemExit(main())

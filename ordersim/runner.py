@@ -133,7 +133,7 @@ def trace_is_complete(out: str, config) -> bool:
     if os.path.exists(checkpoint_path(out)) or not os.path.getsize(out):
         return False
     try:
-        with h5py.File(out, "r") as f:
+        with h5py.File(out, "r", locking=config.hdf5_locking) as f:
             return "end_time" in f.attrs and not config_differences(f.attrs["config"], config)
     except OSError:  # not an HDF5 file (e.g. the empty file check_output created)
         return False

@@ -582,11 +582,13 @@ def open_trace(config, backend, setup, out, plan, resume, cell):
     if resume is not None:
         position = resume["position"]
         current = plan[position] if "run_states" in resume else None
-        return TraceWriter.reopen(out, plan[:position], current, resume.get("lengths", {}))
+        return TraceWriter.reopen(out, plan[:position], current, resume.get("lengths", {}),
+                                  locking=config.hdf5_locking)
     writer = TraceWriter(out, dict(
         config=config.to_json(), ranks=backend.size, backend=config.backend, hosts=hosts,
         problem=config.problem, data=config.data, dropped_examples=setup.dropped,
-        data_info=setup.data_info, **({"sweep_cell": cell} if cell else {})))
+        data_info=setup.data_info, **({"sweep_cell": cell} if cell else {})),
+        locking=config.hdf5_locking)
     writer.add_array("shards", setup.shards)
     if setup.constants.get("x_star") is not None:
         writer.add_array("x_star", setup.constants["x_star"])

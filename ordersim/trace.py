@@ -23,17 +23,17 @@ def _attr(value):
 
 
 class TraceWriter:
-    def __init__(self, path: str, root_attrs: dict):
-        self.file = h5py.File(path, "w")
+    def __init__(self, path: str, root_attrs: dict, locking: bool = True):
+        self.file = h5py.File(path, "w", locking=locking)
         self._write_root(root_attrs)
 
     @classmethod
     def reopen(cls, path: str, done: list[tuple[str, int]], current: tuple[str, int] | None,
-               lengths: dict[str, int]) -> "TraceWriter":
+               lengths: dict[str, int], locking: bool = True) -> "TraceWriter":
         """Reopen a trace to resume from a checkpoint: keep the finished runs `done`, cut the run
         `current` back to the checkpoint's dataset lengths, and drop anything written after it."""
         writer = cls.__new__(cls)
-        writer.file = h5py.File(path, "a")
+        writer.file = h5py.File(path, "a", locking=locking)
         writer.file.attrs.pop("end_time", None)
         keep = {f"{o}/seed_{s}" for o, s in done}
         current_name = None if current is None else f"{current[0]}/seed_{current[1]}"

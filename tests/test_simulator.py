@@ -249,3 +249,19 @@ def test_pure_python_run_agrees_with_the_jitted_one(serial_trace, tmp_path):
             np.testing.assert_array_equal(value, nojit[key], err_msg=str(key))
         elif key[-1] != "attrs":
             np.testing.assert_allclose(value, nojit[key], rtol=1e-8, atol=1e-12, err_msg=str(key))
+
+
+def test_under_slurm_numba_caches_on_node_local_disk(tmp_path):
+    """With SLURM_JOB_ID set and no NUMBA_CACHE_DIR, compiled kernels go to $TMPDIR, per job."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env.update(SLURM_JOB_ID="4242", TMPDIR=str(tmp_path))
+    result = subprocess.run([sys.executable, "-m", "ordersim", "--epochs", "1", "--seeds", "0",
+                             "--orderers", "cd-grab", "--quiet", "--no-hdf5-locking",
+                             "--out", str(tmp_path / "t.h5")],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert result.returncode == 0, result.stderr
+    cache = tmp_path / "ordersim-numba-4242"
+    assert any(p.suffix == ".nbi" for p in cache.rglob("*")), "no Numba cache index in the job's dir"
+    with h5py.File(tmp_path / "t.h5", "r") as f:
+        assert '"hdf5_locking": false' in f.attrs["config"]
+        assert f["runs/cd-grab/seed_0"].attrs["status"] == "completed"
