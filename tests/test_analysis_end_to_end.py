@@ -1,0 +1,54 @@
+"""Every analysis script on traces that the simulator and herding-sim write here (the synthetic
+traces of test_analysis.py pin the layout; these pin that the real writer matches it)."""
+
+import pytest
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("pandas")
+
+from analysis import convergence, fit, herding, herding_sim, scaling  # noqa: E402
+from analysis.load import load_runs  # noqa: E402
+from test_analysis import written  # noqa: E402
+from test_simulator import run_serial  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def sweep_over_m(tmp_path_factory):
+    """A sweep over m at fixed n = 16 per worker, as runs/scaling.sh does (one sweep cell a file)."""
+    out = tmp_path_factory.mktemp("scaling")
+    config = out / "scaling.toml"
+    config.write_text(
+        'problem = "least-squares"\nproblem_options = { lam = 0.1 }\ntest_fraction = 0.0\n'
+        'orderers = ["rr", "cd-grab"]\nseeds = [0, 1]\nepochs = 4\nlr = 0.05\nquiet = true\n'
+        f'out = "{out / "cells"}"\n'
+        '[sweep]\nworkers = [1, 2, 4]\n')
+    for cell, m in enumerate((1, 2, 4)):  # the data grows with m: a flag overrides the cell's
+        result = run_serial(["run", str(config), "--cell", str(cell), "--data",
+                             f"synthetic:regression?n={16 * m}&d=3"])
+        assert result.returncode == 0, result.stderr
+    return sorted(str(p) for p in (out / "cells").glob("cell_*.h5"))
+
+
+def test_loader_reads_simulator_traces(sweep_over_m):
+    table = load_runs(sweep_over_m)
+    assert set(table.orderer) == {"rr", "cd-grab"} and set(table.workers) == {1, 2, 4}
+    assert (table.status == "completed").all() and table.suboptimality.notna().all()
+    assert table.groupby(["file", "orderer", "seed"]).ngroups == 12
+
+
+def test_every_script_runs_on_simulator_traces(sweep_over_m, tmp_path, capsys):
+    assert convergence.main([*sweep_over_m, "--out", str(tmp_path), "--dpi", "60"]) == 0
+    assert herding.main([*sweep_over_m, "--out", str(tmp_path), "--dpi", "60"]) == 0
+    assert scaling.main([*sweep_over_m, "--out", str(tmp_path), "--dpi", "60"]) == 0
+    written(tmp_path, "convergence_epochs", "convergence_time", "herding_epochs", "scaling")
+    assert fit.main(sweep_over_m) == 0
+    assert "cd-grab" in capsys.readouterr().out
+
+
+def test_herding_sim_figure_from_the_command(tmp_path):
+    out = tmp_path / "hs.h5"
+    result = run_serial(["herding-sim", "--workers", "2", "4", "--total", "400", "--rounds", "3",
+                         "--quiet", "--out", str(out)])
+    assert result.returncode == 0, result.stderr
+    assert herding_sim.main([str(out), "--out", str(tmp_path), "--dpi", "60"]) == 0
+    written(tmp_path, "herding_sim")
