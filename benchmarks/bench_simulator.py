@@ -174,8 +174,8 @@ def mpi_part(N: int, repeats: int) -> None:
     rss_all = comm.gather((rss_prepare, rss), root=0)
     if rank != 0:
         return
-    print(f"  per step, in us (compute / comm / order: the Run's timers, slowest rank; comm includes "
-          f"waiting for the other ranks)")
+    print("  per step, in us (compute / comm / order: the Run's timers, slowest rank; comm includes "
+          "waiting for the other ranks)")
     print(f"  {'orderer':<8} {'doubles':>8} {'step':>8} {'compute':>8} {'comm':>8} {'order':>8} "
           f"{'Allgather':>10} {'step/bare':>10} {'comm/bare':>10}")
     for name, doubles, step, (compute, comm_step, order), bare in rows:

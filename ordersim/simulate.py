@@ -17,7 +17,7 @@ import numpy as np
 from ordersim import engine
 from ordersim.constants import problem_constants
 from ordersim.data import load_dataset, partition
-from ordersim.backend import MPIBackend, SerialBackend
+from ordersim.backend import SerialBackend
 from ordersim.checkpoint import StopRequest, checkpoint_path
 from ordersim.checkpoint import save as save_checkpoint
 from ordersim.config import (BACKENDS, PARTITIONS, REMAINDERS, SCHEDULES, Config, ConfigError)

@@ -31,3 +31,12 @@ def half_sq_norm(x):
     for j in range(x.shape[0]):
         s += x[j] * x[j]
     return 0.5 * s
+
+
+@njit(cache=True, inline="always", fastmath=FAST)
+def row_dot(A, i, x):
+    """a_i^T x, the linear models' score of example i."""
+    z = 0.0
+    for j in range(x.shape[0]):
+        z += A[i, j] * x[j]
+    return z

@@ -4,7 +4,7 @@ import numpy as np
 from numba import njit
 from scipy import linalg
 
-from problems._kernels import FAST, half_sq_norm
+from problems._kernels import FAST, row_dot, half_sq_norm
 from problems.base import Problem, max_row_norm2, spectral_extremes
 
 
@@ -16,9 +16,7 @@ def batch_grads(x, A, y, idx, params, out):
     total = 0.0
     for r in range(idx.shape[0]):
         i = idx[r]
-        e = -y[i]
-        for j in range(d):
-            e += A[i, j] * x[j]
+        e = row_dot(A, i, x) - y[i]
         total += 0.5 * e * e + reg
         for j in range(d):
             out[r, j] = e * A[i, j] + lam * x[j]
@@ -35,9 +33,7 @@ def full_grad(x, A, y, idx, params, out):
     total = 0.0
     for r in range(k):
         i = idx[r]
-        e = -y[i]
-        for j in range(d):
-            e += A[i, j] * x[j]
+        e = row_dot(A, i, x) - y[i]
         total += 0.5 * e * e
         for j in range(d):
             out[j] += e * A[i, j]
@@ -49,14 +45,12 @@ def full_grad(x, A, y, idx, params, out):
 @njit(cache=True, fastmath=FAST)
 def full_loss(x, A, y, idx, params):
     lam = params[0]
-    d = x.shape[0]
+    x.shape[0]
     k = idx.shape[0]
     total = 0.0
     for r in range(k):
         i = idx[r]
-        e = -y[i]
-        for j in range(d):
-            e += A[i, j] * x[j]
+        e = row_dot(A, i, x) - y[i]
         total += 0.5 * e * e
     return total / k + lam * half_sq_norm(x)
 

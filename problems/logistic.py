@@ -9,7 +9,7 @@
 import numpy as np
 from numba import njit
 
-from problems._kernels import FAST, log1pexp, sigmoid
+from problems._kernels import FAST, row_dot, log1pexp, sigmoid
 from problems.base import Problem, max_row_norm2, spectral_extremes
 
 
@@ -48,9 +48,7 @@ def batch_grads(x, A, y, idx, params, out):
     total = 0.0
     for r in range(k):
         i = idx[r]
-        z = 0.0
-        for j in range(d):
-            z += A[i, j] * x[j]
+        z = row_dot(A, i, x)
         m = -y[i] * z
         total += log1pexp(m) + reg
         c = -y[i] * sigmoid(m)
@@ -74,9 +72,7 @@ def full_grad(x, A, y, idx, params, out):
     total = 0.0
     for r in range(k):
         i = idx[r]
-        z = 0.0
-        for j in range(d):
-            z += A[i, j] * x[j]
+        z = row_dot(A, i, x)
         m = -y[i] * z
         total += log1pexp(m)
         c = -y[i] * sigmoid(m)
@@ -89,14 +85,12 @@ def full_grad(x, A, y, idx, params, out):
 
 @njit(cache=True, fastmath=FAST)
 def full_loss(x, A, y, idx, params):
-    d = x.shape[0]
+    x.shape[0]
     k = idx.shape[0]
     total = 0.0
     for r in range(k):
         i = idx[r]
-        z = 0.0
-        for j in range(d):
-            z += A[i, j] * x[j]
+        z = row_dot(A, i, x)
         total += log1pexp(-y[i] * z)
     return total / k + reg_value(x, params[0], params[1])
 
@@ -104,14 +98,12 @@ def full_loss(x, A, y, idx, params):
 @njit(cache=True, fastmath=FAST)
 def accuracy(x, A, y, idx, params):
     """Prediction sign(a^T x), with a^T x = 0 predicted as +1."""
-    d = x.shape[0]
+    x.shape[0]
     k = idx.shape[0]
     hits = 0
     for r in range(k):
         i = idx[r]
-        z = 0.0
-        for j in range(d):
-            z += A[i, j] * x[j]
+        z = row_dot(A, i, x)
         pred = 1.0 if z >= 0.0 else -1.0
         if pred == y[i]:
             hits += 1

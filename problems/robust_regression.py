@@ -14,7 +14,7 @@ import math
 import numpy as np
 from numba import njit
 
-from problems._kernels import FAST, half_sq_norm
+from problems._kernels import FAST, row_dot, half_sq_norm
 from problems.base import Problem, max_row_norm2, option_choice, option_float, spectral_extremes
 
 LOSSES = ("cauchy", "geman-mcclure", "welsch")
@@ -48,9 +48,7 @@ def batch_grads(x, A, y, idx, params, out):
     total = 0.0
     for r in range(idx.shape[0]):
         i = idx[r]
-        e = -y[i]
-        for j in range(d):
-            e += A[i, j] * x[j]
+        e = row_dot(A, i, x) - y[i]
         total += rho(e, c, kind) + reg
         g = psi(e, c, kind)
         for j in range(d):
@@ -68,9 +66,7 @@ def full_grad(x, A, y, idx, params, out):
     total = 0.0
     for r in range(k):
         i = idx[r]
-        e = -y[i]
-        for j in range(d):
-            e += A[i, j] * x[j]
+        e = row_dot(A, i, x) - y[i]
         total += rho(e, c, kind)
         g = psi(e, c, kind)
         for j in range(d):
@@ -83,14 +79,12 @@ def full_grad(x, A, y, idx, params, out):
 @njit(cache=True, fastmath=FAST)
 def full_loss(x, A, y, idx, params):
     lam, c, kind = params[0], params[1], params[2]
-    d = x.shape[0]
+    x.shape[0]
     k = idx.shape[0]
     total = 0.0
     for r in range(k):
         i = idx[r]
-        e = -y[i]
-        for j in range(d):
-            e += A[i, j] * x[j]
+        e = row_dot(A, i, x) - y[i]
         total += rho(e, c, kind)
     return total / k + lam * half_sq_norm(x)
 

@@ -106,7 +106,6 @@ def test_decoded_training_matches_numpy_reference(coding, s, batch, momentum):
 
 
 def test_coverage_is_recorded_and_consistent(tmp_path):
-    out = tmp_path / "cov.h5"
     args = ["--problem", "least-squares", "--data", "synthetic:regression?n=122&d=4", "--test-fraction",
             "0", "--workers", "6", "--batch", "4", "--epochs", "3", "--seeds", "1", "--orderers", "rr",
             "cd-grab", "--no-herding", "--quiet", "--stragglers", "shifted-exp", "--coding-s", "2",
