@@ -43,6 +43,26 @@ def row_abs_max(s, r):
     return max(max(p0, p1), max(p2, p3))
 
 
+@njit(inline="always")
+def dot_with_difference(s, r, a, b):
+    """<s[r], a - b> in four interleaved partial sums added as (p0 + p1) + (p2 + p3): the same
+    association for every caller and array layout (so every backend signs alike), without the
+    one long dependency chain of a sequential sum, which bounded the kernels' speed."""
+    d = s.shape[1]
+    p0 = p1 = p2 = p3 = 0.0
+    k = 0
+    while k + 4 <= d:
+        p0 += s[r, k] * (a[k] - b[k])
+        p1 += s[r, k + 1] * (a[k + 1] - b[k + 1])
+        p2 += s[r, k + 2] * (a[k + 2] - b[k + 2])
+        p3 += s[r, k + 3] * (a[k + 3] - b[k + 3])
+        k += 4
+    while k < d:
+        p0 += s[r, k] * (a[k] - b[k])
+        k += 1
+    return (p0 + p1) + (p2 + p3)
+
+
 @njit(cache=True)
 def mean_balance_observe(grads, start, order, next_order, s, mean_prev, grad_sum, left, right,
                          u, mode, tie_plus, walk_c, discrepancy, walk_failures):
@@ -55,9 +75,7 @@ def mean_balance_observe(grads, start, order, next_order, s, mean_prev, grad_sum
     for j in range(b):
         t = start + j
         for i in range(m):
-            dot = 0.0
-            for k in range(d):
-                dot += s[i, k] * (grads[i, j, k] - mean_prev[i, k])
+            dot = dot_with_difference(s, i, grads[i, j], mean_prev[i])
             eps = choose_sign(dot, mode, tie_plus, walk_c, u[i, t])
             if mode == SIGN_WALK and abs(dot) > walk_c:
                 walk_failures[i] += 1
@@ -77,9 +95,7 @@ def mean_balance_observe(grads, start, order, next_order, s, mean_prev, grad_sum
 @njit(inline="always")
 def balance_difference(s, r, first, second, mode, tie_plus, walk_c, u, discrepancy, walk_failures, i):
     """Sign of v = first - second against the running sum s[r], then s[r] += eps v; returns eps."""
-    dot = 0.0
-    for k in range(first.shape[0]):
-        dot += s[r, k] * (first[k] - second[k])
+    dot = dot_with_difference(s, r, first, second)
     eps = choose_sign(dot, mode, tie_plus, walk_c, u)
     if mode == SIGN_WALK and abs(dot) > walk_c:
         walk_failures[i] += 1

@@ -16,9 +16,10 @@ that the epoch after the last one would use. If ``stats`` is a list, the balanci
 append one dict per epoch: ``walk_failures`` (int array (m,)) and ``discrepancy`` (max_k
 ||s_k||_inf over the epoch, the largest over independent running sums).
 
-Floating point: running sums are accumulated in visit order (s += eps * v) and GraB's stale mean is
+Floating point: running sums are accumulated in visit order (s += eps * v), GraB's stale mean is
 the sum of the epoch's gradients accumulated example by example in visit order, then divided by n,
-so the references take the same sign decisions as any implementation that does the same.
+and <s, v> is summed in four interleaved lanes (``lane_dot``), so the references take the same
+sign decisions as any implementation that does the same, exact ties included.
 """
 
 import math
@@ -42,6 +43,16 @@ def default_walk_c(total_examples, d):
     return 30.0 * math.log(total_examples * d / WALK_DELTA)
 
 
+def lane_dot(s, v):
+    """<s, v> as the kernels sum it: lane l adds the terms k = l, l + 4, l + 8, ... in order (lane 0
+    also the last d mod 4 terms), and the result is (lane0 + lane1) + (lane2 + lane3)."""
+    terms = s * v
+    whole = len(terms) // 4 * 4
+    lanes = [sum(terms[lane:whole:4], 0.0) for lane in range(4)]
+    lanes[0] = sum(terms[whole:], lanes[0])
+    return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+
+
 class SignRule:
     """Sign choice: deterministic (eps = +1 iff <s,v> <= 0, or < 0 with tie="minus") or the
     self-balancing walk (eps = +1 with probability 1/2 - <s,v>/(2c), clipped), whose uniforms for
@@ -63,7 +74,7 @@ class SignRule:
 
     def __call__(self, s, v, row, k):
         """The sign of v against the running sum s: the k-th decision of ``row`` in this epoch."""
-        dot = float(np.dot(s, v))
+        dot = float(lane_dot(s, v))
         if self.sign == "deterministic":
             if self.tie == "plus":
                 return 1 if dot <= 0.0 else -1
