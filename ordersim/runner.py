@@ -11,7 +11,7 @@ from ordersim.checkpoint import EXIT_CHECKPOINTED, StopRequest, checkpoint_path
 from ordersim.checkpoint import load as load_checkpoint
 from ordersim.cli import commands_help
 from ordersim.config import ConfigError, add_arguments, build_config, overrides_from_args
-from ordersim.sweep import resolve_cell
+from ordersim.sweep import config_cells, select_cell
 
 DESCRIPTION = f"""\
 Synchronous data-parallel SGD over m workers with each orderer and seed; traces go to one HDF5 file
@@ -50,19 +50,18 @@ def main(argv: list[str]) -> int:
 def _main(args, comm, size) -> int:
     rank = comm.Get_rank() if comm is not None else 0
     try:
-        values, cell, index = resolve_cell(args.config, args.cell) if args.config else ({}, None, None)
+        runs = [({}, None)]
+        if args.config:
+            runs = select_cell(config_cells(args.config), args.config, args.cell)
     except ConfigError as err:
         if rank == 0:
             print(f"ordersim: error: {err}", file=sys.stderr, flush=True)
         return 2
-    if cell is not None and index is None:  # a sweep and no cell chosen: every cell in turn
-        for i in range(cell["cells"]):
-            status = _main(argparse.Namespace(**{**vars(args), "cell": i}), comm, size)
-            if status:
-                return status
-        return 0
-    values.update(overrides_from_args(args))
-    return run_config(values, args.resume, comm, size, rank, cell)
+    for values, cell in runs:  # one run, or every cell of a sweep in turn
+        status = run_config({**values, **overrides_from_args(args)}, args.resume, comm, size, rank, cell)
+        if status:
+            return status
+    return 0
 
 
 def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: dict | None) -> int:

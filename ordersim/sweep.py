@@ -54,28 +54,29 @@ def cell_out(base_out: str, config_path: str, index: int) -> str:
     return os.path.join(directory, f"cell_{index:04d}.h5")
 
 
-def resolve_cell(config_path: str, cell: int | None) -> tuple[dict, dict | None, int | None]:
-    """Values of one cell of the config (or the whole config when it has no sweep).
-
-    Returns (values, cell parameters or None, cell index or None). Without --cell, a job-array
-    task takes its cell from SLURM_ARRAY_TASK_ID.
-    """
+def config_cells(config_path: str) -> list[tuple[dict, dict | None]]:
+    """The runs a config file stands for: [(values, cell parameters)], one per sweep cell (each
+    with its own `out`), or [(values, None)] when the file has no [sweep] table."""
     raw, sweep = split_sweep(read_toml(config_path), config_path)
     if not sweep:
-        if cell is not None:
-            raise ConfigError(f"--cell {cell}: config file {config_path!r} has no [sweep] table")
-        return raw, None, None
-    all_cells = cells(sweep)
-    if cell is None and "SLURM_ARRAY_TASK_ID" in os.environ:
+        return [(raw, None)]
+    return [(dict(raw, **cell, out=cell_out(raw.get("out", ""), config_path, i)), cell)
+            for i, cell in enumerate(cells(sweep))]
+
+
+def select_cell(runs: list, config_path: str, cell: int | None) -> list:
+    """The one cell asked for by --cell or, in a job-array task, SLURM_ARRAY_TASK_ID; else all."""
+    sweep = runs[0][1] is not None
+    if cell is None and sweep and "SLURM_ARRAY_TASK_ID" in os.environ:
         cell = int(os.environ["SLURM_ARRAY_TASK_ID"])
     if cell is None:
-        return raw, {"cells": len(all_cells)}, None
-    if not 0 <= cell < len(all_cells):
+        return runs
+    if not sweep:
+        raise ConfigError(f"--cell {cell}: config file {config_path!r} has no [sweep] table")
+    if not 0 <= cell < len(runs):
         raise ConfigError(f"--cell {cell} is out of range: config file {config_path!r} has "
-                          f"{len(all_cells)} cells (0..{len(all_cells) - 1})")
-    values = dict(raw, **all_cells[cell])
-    values["out"] = cell_out(raw.get("out", ""), config_path, cell)
-    return values, all_cells[cell], cell
+                          f"{len(runs)} cells (0..{len(runs) - 1})")
+    return [runs[cell]]
 
 
 ARRAY_TEMPLATE = """\
