@@ -158,60 +158,34 @@ def serial_steps_coded(batch_grads, x, velocity, A, y, params, order, n, pos, st
 
 
 _LOCAL_STEPS = {}
-_LOCAL_STEPS_CODED = {}
 
 
-def local_steps(batch_grads):
-    """The MPI backend's per-step kernel for one problem kernel, compiled once per kernel:
+def local_steps(batch_grads, update):
+    """The MPI backend's per-step kernel for one problem kernel and one update rule, compiled once
+    per pair:
 
-        ok = kernel(x, velocity, all_sums, update_count, lr, momentum, weight_decay,
-                    A, y, params, order, n, pos, count, idx, grads, sums, losses)
+        ok = kernel(x, velocity, due, lr, momentum, weight_decay,
+                    A, y, params, order, n, pos, count, idx, grads, sums, losses, *update_args)
 
-    first applies the previous step's update (apply_update with all_sums and update_count, unless
-    update_count is 0) and returns False if x stopped being finite; then computes every local
-    worker's gradients and sums for visit positions pos..pos+count-1. One call per step:
-    `batch_grads` is bound in a closure rather than passed as an argument, since a dispatcher
-    argument costs microseconds of Python type dispatch per call.
+    first applies the previous step's update when `due` — update(x, velocity, *update_args, lr,
+    momentum, weight_decay): apply_update with (all_sums, m * count), or apply_coded_update with
+    (history, coef, step) — and returns False if x stopped being finite; then computes every local
+    worker's gradients and sums for visit positions pos..pos+count-1. One call per step: both
+    kernels are bound in the closure rather than passed as arguments, since a dispatcher argument
+    costs microseconds of Python type dispatch per call.
     """
-    kernel = _LOCAL_STEPS.get(batch_grads)
+    kernel = _LOCAL_STEPS.get((batch_grads, update))
     if kernel is None:
         @njit
-        def kernel(x, velocity, all_sums, update_count, lr, momentum, weight_decay,
-                   A, y, params, order, n, pos, count, idx, grads, sums, losses):
-            if update_count > 0:
-                if not apply_update(x, velocity, all_sums, update_count, lr, momentum, weight_decay):
-                    return False
+        def kernel(x, velocity, due, lr, momentum, weight_decay, A, y, params, order, n, pos, count,
+                   idx, grads, sums, losses, *update_args):
+            if due and not update(x, velocity, *update_args, lr, momentum, weight_decay):
+                return False
             for w in range(order.shape[0]):
                 losses[w, 0] = worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count,
                                            idx, grads[w], sums[w])
             return True
-        _LOCAL_STEPS[batch_grads] = kernel
-    return kernel
-
-
-def local_steps_coded(batch_grads):
-    """local_steps for a decoded scheme:
-
-        ok = kernel(x, velocity, history, coef, update_step, lr, momentum, weight_decay,
-                    A, y, params, order, n, pos, count, idx, grads, sums, losses)
-
-    first applies the update of global step update_step (apply_coded_update with coef, that step's
-    (k, s+1) coefficients; skipped when update_step < 0), then computes the local workers'
-    gradients and sums like local_steps (the caller gathers the sums into history)."""
-    kernel = _LOCAL_STEPS_CODED.get(batch_grads)
-    if kernel is None:
-        @njit
-        def kernel(x, velocity, history, coef, update_step, lr, momentum, weight_decay,
-                   A, y, params, order, n, pos, count, idx, grads, sums, losses):
-            if update_step >= 0:
-                if not apply_coded_update(x, velocity, history, coef, update_step, lr, momentum,
-                                          weight_decay):
-                    return False
-            for w in range(order.shape[0]):
-                losses[w, 0] = worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count,
-                                           idx, grads[w], sums[w])
-            return True
-        _LOCAL_STEPS_CODED[batch_grads] = kernel
+        _LOCAL_STEPS[(batch_grads, update)] = kernel
     return kernel
 
 

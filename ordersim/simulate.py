@@ -342,11 +342,11 @@ class Run:
         # sums and m * count; a decoded one (coef given) every partition's sums of the last s + 1
         # steps, kept in self.history, and the step's coefficients.
         coded = coef is not None
+        update = engine.apply_coded_update if coded else engine.apply_update
+        kernel = engine.local_steps(s.problem.batch_grads, update)
         if coded:
-            kernel, update = engine.local_steps_coded(s.problem.batch_grads), engine.apply_coded_update
             history, slots = self.history, self.history.shape[0]
         else:
-            kernel, update = engine.local_steps(s.problem.batch_grads), engine.apply_update
             all_sums = np.empty((m, d))
         grads = np.empty((local, b, d))
         local_sums = np.empty((local, d))
@@ -359,14 +359,14 @@ class Run:
         x, velocity, A, y, params, idx = self.x, self.velocity, s.A, s.y, s.problem.params, self.idx
         momentum, weight_decay, every = config.momentum, config.weight_decay, config.trace_every
         compute = comm = ordering = 0.0
-        # the update still to apply: (sums, m * count; 0 = none) or (history, coef, step; -1 = none)
-        pending = (history, coef[0], -1) if coded else (all_sums, 0)
+        # the arguments of the update still to apply: (sums, m * count) or (history, coef, step)
+        due, pending = False, (history, coef[0], 0) if coded else (all_sums, 0)
         pos, k, ok = 0, 0, True
         while pos < n:
             count = min(b, n - pos)
             t0 = clock()
-            ok = kernel(x, velocity, *pending, lr, momentum, weight_decay, A, y, params, order,
-                        n, pos, count, idx, grads, local_sums, local_loss)
+            ok = kernel(x, velocity, due, lr, momentum, weight_decay, A, y, params, order, n, pos,
+                        count, idx, grads, local_sums, local_loss, *pending)
             t1 = clock()
             compute += t1 - t0
             if not ok:
@@ -393,11 +393,11 @@ class Run:
             if traced:
                 loss = engine.sum_in_worker_order(all_loss)[0] / (m * count)
                 self.trace_steps.append((epoch, self.step, loss))
-            pending = (history, coef[k], self.step) if coded else (all_sums, m * count)
+            due, pending = True, (history, coef[k], self.step) if coded else (all_sums, m * count)
             self.step += 1
             pos += count
             k += 1
-        if ok:
+        if ok and due:
             t0 = clock()
             ok = update(x, velocity, *pending, lr, momentum, weight_decay)
             compute += clock() - t0
