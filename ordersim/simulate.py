@@ -414,7 +414,7 @@ class Run:
         self.step += len(losses)
 
     # -- measurement ------------------------------------------------------------------------------
-    def measure(self, epoch: int, wall_start: float) -> dict:
+    def measure(self, epoch: int) -> dict:
         s, backend = self.setup, self.setup.backend
         p, m, n, d = s.problem, self.m, self.n, self.d
         start = time.perf_counter()
@@ -441,7 +441,7 @@ class Run:
             record["herding_inf"], record["herding_2"] = self._herding(mean_grad)
         record["balance_discrepancy"] = backend.max(getattr(self.orderer, "balance_discrepancy", 0.0)) \
             if epoch > 0 else 0.0
-        record["wall_time"] = time.perf_counter() - wall_start
+        record["wall_time"] = time.perf_counter() - self.wall_start
         record.update(self.timers)
         if self.clock:
             record.update(self.clock.record())
@@ -530,7 +530,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
             trace = writer.start_run(orderer_name, seed, dict(
                 workers=config.workers, examples_per_worker=setup.n, batch=config.batch, lr=config.lr,
                 **constants, **(run.clock.attrs() if run.clock else {})))
-            record = run.measure(0, run.wall_start)
+            record = run.measure(0)
             trace.append_epoch(record)
             visited = None  # the orders the next epoch visits (for per-example coverage)
             if config.record_orders:
@@ -546,7 +546,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
                 break
             run.epoch = epoch
             if epoch % config.measure_every == 0 or epoch == config.epochs:
-                record = run.measure(epoch, run.wall_start)
+                record = run.measure(epoch)
                 trace.append_epoch(record)
                 progress(config, backend, orderer_name, seed, record)
             coverage = None
