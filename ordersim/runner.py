@@ -3,6 +3,7 @@
 import argparse
 import json
 import os
+import pickle
 import sys
 import time
 
@@ -144,7 +145,10 @@ def read_checkpoint(out: str, config, size: int) -> tuple[dict | None, str | Non
     if not os.path.exists(path):
         print(f"ordersim: no checkpoint {path}: starting from the beginning", file=sys.stderr, flush=True)
         return None, None
-    state = load_checkpoint(path)
+    try:
+        state = load_checkpoint(path)
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError) as err:
+        return None, f"--resume: checkpoint {path!r} is unreadable ({err}); delete it to start over"
     differ = config_differences(state["config"], config)
     if differ:
         saved, current = json.loads(state["config"]), json.loads(config.to_json())

@@ -123,3 +123,12 @@ def test_resume_skips_a_finished_sweep_cell_and_runs_the_missing_one(tmp_path):
     assert "cell_0000.h5 is already complete" in result.stdout
     assert (tmp_path / "cells" / "cell_0000.h5").stat().st_mtime_ns == first
     assert (tmp_path / "cells" / "cell_0001.h5").exists()
+
+
+def test_resume_from_an_unreadable_checkpoint_says_so(tmp_path):
+    out = tmp_path / "x.h5"
+    out.write_bytes(b"")
+    (tmp_path / "x.h5.ckpt").write_bytes(b"not a pickle")
+    result = run_serial([*ARGS, "--resume", "--out", str(out)])
+    assert result.returncode == 2
+    assert "unreadable" in result.stderr and "Traceback" not in result.stderr
