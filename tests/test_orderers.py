@@ -10,6 +10,7 @@ validation, O(m d + m n) memory, determinism and the self-balancing walk.
 
 import itertools
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -306,6 +307,44 @@ def test_buffer_overwritten_in_place_is_copied(name):
             assert not np.array_equal(o.order, collapsed), f"{name}: gradient-independent pattern"
     reused.append(o.order.copy())
     assert_same_orders(reused, fresh, f"{name} with a reused buffer")
+
+
+class GradientArray(np.ndarray):
+    """An ndarray subclass, as array libraries hand out (observe() must take it like any array)."""
+
+
+@pytest.mark.parametrize("name", ORDERERS)
+def test_layouts_subclasses_pickling_and_kept_orders(name):
+    """The same orders whatever the gradients' memory layout (strided views, an ndarray subclass),
+    after a pickle round trip mid-epoch (checkpoints pickle the orderer), and an order returned by
+    begin_epoch() or read from ``order`` stays as it was when later epochs run."""
+    m = 1 if is_centralized(name) else 3
+    n, d, b = 11, 6, 3
+    grads = gradients(m, n, d, seed=8)
+    want = drive(make_orderer(name, m, n, d, seed=4), grads, b)
+    o = make_orderer(name, m, n, d, seed=4)
+    got, kept = [], []
+    for epoch, g in enumerate(grads):
+        order = o.begin_epoch()
+        got.append(order)
+        kept.append((order, order.copy(), o.order, o.order.copy()))
+        for step, start in enumerate(range(0, n, b)):
+            chunk = np.take_along_axis(g, order[:, start:start + b, None], axis=1)
+            if step % 3 == 0:  # every other element of a wider array: a strided view
+                wide = np.zeros(chunk.shape[:2] + (2 * d,))
+                wide[:, :, ::2] = chunk
+                chunk = wide[:, :, ::2]
+            elif step % 3 == 1:
+                chunk = np.asfortranarray(chunk).view(GradientArray)
+            o.observe(chunk)
+            if step == 1 and epoch % 2 == 0:
+                o = pickle.loads(pickle.dumps(o))
+        o.end_epoch()
+    got.append(o.order.copy())
+    assert_same_orders(got, want, f"{name} with strided, subclassed and pickled inputs")
+    for epoch, (returned, returned_copy, attribute, attribute_copy) in enumerate(kept):
+        assert np.array_equal(returned, returned_copy), f"{name}: epoch {epoch}'s begin_epoch() result changed"
+        assert np.array_equal(attribute, attribute_copy), f"{name}: epoch {epoch}'s order attribute changed"
 
 
 # -- misuse -----------------------------------------------------------------------------------------------

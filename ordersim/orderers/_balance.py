@@ -1,9 +1,16 @@
 """Numba kernels shared by the balancing orderers: the sign choice and the two reorder loops.
 
-The kernels keep their whole state in preallocated arrays that the orderer object owns, so a call
-allocates nothing and the same kernels can be called from other jitted code (the serial simulator).
 Signs follow ../shared/docs/algorithms.md: deterministic (eps = +1 iff <s,v> <= 0, or < 0 with
 tie="minus") or the self-balancing walk (eps = +1 with probability 1/2 - <s,v>/(2c), clipped).
+
+A balancing orderer keeps its whole state in one flat int64 buffer, whose float arrays are read
+through a float64 view of the same memory, and a kernel call takes just (grads, state). Numba's
+dispatch costs about 50 ns per argument; with the fifteen separate arrays and options the kernels
+used to take, dispatch cost more than the balancing itself when a call carries one example. The
+buffer's header holds the sizes, the sign options, the examples observed so far in the epoch and
+where each named array starts; Python sees the same arrays as named numpy views
+(``BalancingState``), the kernels as 1-d slices indexed by row (row i of an (m, n) array is
+[i n, (i + 1) n)).
 """
 
 import numpy as np
@@ -11,6 +18,16 @@ from numba import njit
 
 SIGN_DETERMINISTIC = 0
 SIGN_WALK = 1
+FLOAT64 = np.dtype(np.float64)
+
+# state[0:HEADER]: sizes, options (walk_c as a float64), examples observed so far in the epoch,
+# then where every named array starts; the int arrays, then the float arrays follow.
+M, N, D, ROWS, MODE, TIE_PLUS, WALK_C, OBSERVED = range(8)
+ORDER, NEXT_ORDER, LEFT, RIGHT, WALK_FAILURES = range(8, 13)
+RUNNING_SUM, DISCREPANCY, UNIFORMS, EXTRA = range(13, 17)
+HEADER = 17
+INT_ARRAYS = ("epoch_order", "next_order", "left", "right", "walk_failures")
+FLOAT_ARRAYS = ("running_sum", "discrepancy", "uniforms", "extra")
 
 
 @njit(inline="always")
@@ -24,162 +41,250 @@ def choose_sign(dot, mode, tie_plus, walk_c, u):
 
 
 @njit(inline="always")
-def row_abs_max(s, r):
-    """max_k |s[r, k]| (0 for d = 0). max is exact in any order, so four independent running
+def abs_max(s):
+    """max_k |s_k| (0 for an empty s). max is exact in any order, so four independent running
     maxima give the same value as one sequential max while breaking its dependency chain (which
     cost as much as the whole sign decision at large d)."""
-    d = s.shape[1]
+    d = s.shape[0]
     p0 = p1 = p2 = p3 = 0.0
     k = 0
     while k + 4 <= d:
-        p0 = max(p0, abs(s[r, k]))
-        p1 = max(p1, abs(s[r, k + 1]))
-        p2 = max(p2, abs(s[r, k + 2]))
-        p3 = max(p3, abs(s[r, k + 3]))
+        p0 = max(p0, abs(s[k]))
+        p1 = max(p1, abs(s[k + 1]))
+        p2 = max(p2, abs(s[k + 2]))
+        p3 = max(p3, abs(s[k + 3]))
         k += 4
     while k < d:
-        p0 = max(p0, abs(s[r, k]))
+        p0 = max(p0, abs(s[k]))
         k += 1
     return max(max(p0, p1), max(p2, p3))
 
 
 @njit(inline="always")
-def dot_with_difference(s, r, a, b):
-    """<s[r], a - b> in four interleaved partial sums added as (p0 + p1) + (p2 + p3): the same
+def dot_with_difference(s, a, b):
+    """<s, a - b> in four interleaved partial sums added as (p0 + p1) + (p2 + p3): the same
     association for every caller and array layout (so every backend signs alike), without the
     one long dependency chain of a sequential sum, which bounded the kernels' speed."""
-    d = s.shape[1]
+    d = s.shape[0]
     p0 = p1 = p2 = p3 = 0.0
     k = 0
     while k + 4 <= d:
-        p0 += s[r, k] * (a[k] - b[k])
-        p1 += s[r, k + 1] * (a[k + 1] - b[k + 1])
-        p2 += s[r, k + 2] * (a[k + 2] - b[k + 2])
-        p3 += s[r, k + 3] * (a[k + 3] - b[k + 3])
+        p0 += s[k] * (a[k] - b[k])
+        p1 += s[k + 1] * (a[k + 1] - b[k + 1])
+        p2 += s[k + 2] * (a[k + 2] - b[k + 2])
+        p3 += s[k + 3] * (a[k + 3] - b[k + 3])
         k += 4
     while k < d:
-        p0 += s[r, k] * (a[k] - b[k])
+        p0 += s[k] * (a[k] - b[k])
         k += 1
     return (p0 + p1) + (p2 + p3)
 
 
+@njit(inline="always")
+def block(buffer, field, state, length):
+    """The named array that starts at state[field], as a 1-d slice of ``buffer`` (the state or
+    its float64 view)."""
+    start = state[field]
+    return buffer[start:start + length]
+
+
+@njit(inline="always")
+def fits(grads, state):
+    """grads is (m, b, d) with 1 <= b <= the examples left; otherwise observe() names the problem."""
+    b = grads.shape[1]
+    return (grads.shape[0] == state[M] and grads.shape[2] == state[D] and b >= 1
+            and state[OBSERVED] + b <= state[N])
+
+
 @njit(cache=True)
-def mean_balance_observe(grads, start, order, next_order, s, mean_prev, grad_sum, left, right,
-                         u, mode, tie_plus, walk_c, discrepancy, walk_failures):
+def mean_balance_observe(grads, state):
     """GraB's mean balance, every row on its own: v = g - mean of the previous epoch's gradients.
 
     grads (m, b, d) holds visit positions start..start+b-1 of each row. +1 examples fill row i of
     next_order from the left in arrival order, -1 examples from the right (reverse arrival order).
+    The extra arrays are the previous epoch's means and this epoch's sums, (m, d) each.
+    Returns the examples observed so far, or -1 if grads do not fit (nothing is changed then).
     """
+    if not fits(grads, state):
+        return -1
     m, b, d = grads.shape
+    n, start, floats = state[N], state[OBSERVED], state.view(np.float64)
+    order, next_order = block(state, ORDER, state, m * n), block(state, NEXT_ORDER, state, m * n)
+    left, right = block(state, LEFT, state, m), block(state, RIGHT, state, m)
+    walk_failures = block(state, WALK_FAILURES, state, m)
+    s, discrepancy = block(floats, RUNNING_SUM, state, m * d), block(floats, DISCREPANCY, state, m)
+    u, extra = block(floats, UNIFORMS, state, m * n), block(floats, EXTRA, state, 2 * m * d)
+    mode, tie_plus, walk_c = state[MODE], state[TIE_PLUS] != 0, floats[WALK_C]
     for j in range(b):
         t = start + j
         for i in range(m):
-            dot = dot_with_difference(s, i, grads[i, j], mean_prev[i])
-            eps = choose_sign(dot, mode, tie_plus, walk_c, u[i, t])
+            g = grads[i, j]
+            row = s[i * d:(i + 1) * d]
+            mean_prev = extra[i * d:(i + 1) * d]
+            grad_sum = extra[(m + i) * d:(m + i + 1) * d]
+            dot = dot_with_difference(row, g, mean_prev)
+            eps = choose_sign(dot, mode, tie_plus, walk_c, u[i * n + t])
             if mode == SIGN_WALK and abs(dot) > walk_c:
                 walk_failures[i] += 1
             for k in range(d):
-                g = grads[i, j, k]
-                s[i, k] += eps * (g - mean_prev[i, k])
-                grad_sum[i, k] += g
-            discrepancy[i] = max(discrepancy[i], row_abs_max(s, i))
+                row[k] += eps * (g[k] - mean_prev[k])
+                grad_sum[k] += g[k]
+            discrepancy[i] = max(discrepancy[i], abs_max(row))
             if eps > 0.0:
-                next_order[i, left[i]] = order[i, t]
+                next_order[i * n + left[i]] = order[i * n + t]
                 left[i] += 1
             else:
-                next_order[i, right[i]] = order[i, t]
+                next_order[i * n + right[i]] = order[i * n + t]
                 right[i] -= 1
+    state[OBSERVED] = start + b
+    return start + b
 
 
 @njit(inline="always")
-def balance_difference(s, r, first, second, mode, tie_plus, walk_c, u, discrepancy, walk_failures, i):
-    """Sign of v = first - second against the running sum s[r], then s[r] += eps v; returns eps."""
-    dot = dot_with_difference(s, r, first, second)
+def balance_difference(row, first, second, mode, tie_plus, walk_c, u):
+    """Sign of v = first - second against the running sum ``row``, then row += eps v.
+    Returns eps and whether the walk failed (|<s, v>| > c)."""
+    dot = dot_with_difference(row, first, second)
     eps = choose_sign(dot, mode, tie_plus, walk_c, u)
-    if mode == SIGN_WALK and abs(dot) > walk_c:
-        walk_failures[i] += 1
-    for k in range(first.shape[0]):
-        s[r, k] += eps * (first[k] - second[k])
-    discrepancy[r] = max(discrepancy[r], row_abs_max(s, r))
-    return eps
+    for k in range(row.shape[0]):
+        row[k] += eps * (first[k] - second[k])
+    return eps, mode == SIGN_WALK and abs(dot) > walk_c
 
 
 @njit(cache=True)
-def pair_balance_observe(grads, start, order, next_order, s, pending, left, right,
-                         u, mode, tie_plus, walk_c, discrepancy, walk_failures):
+def pair_balance_observe(grads, state):
     """PairBalance: consecutive visit positions (2k, 2k+1) form a pair, v = g_first - g_second.
 
-    ``s`` has one row per worker (independent, d-grab-pair) or a single shared row (cd-grab), and
-    the pair's workers are visited in worker order inside every pair index, so with a shared row
-    the walk is the coordinated one of CD-GraB. When a pair's first gradient is the last of a call,
-    ``pending`` keeps a copy of it: the caller may overwrite its buffer before the partner arrives.
-    With n odd the last example has no partner and takes the one free slot (left == right).
+    The running sum has one row per worker (independent, d-grab-pair) or a single shared row
+    (cd-grab), and the pair's workers are visited in worker order inside every pair index, so with
+    a shared row the walk is the coordinated one of CD-GraB. When a pair's first gradient is the
+    last of a call, the extra (m, d) array keeps a copy of it: the caller may overwrite its buffer
+    before the partner arrives. With n odd the last example has no partner and takes the one free
+    slot (left == right). Returns the examples observed so far, or -1 if grads do not fit (nothing
+    is changed then).
     """
+    if not fits(grads, state):
+        return -1
     m, b, d = grads.shape
-    n = order.shape[1]
-    shared = s.shape[0] == 1
+    n, rows, start, floats = state[N], state[ROWS], state[OBSERVED], state.view(np.float64)
+    order, next_order = block(state, ORDER, state, m * n), block(state, NEXT_ORDER, state, m * n)
+    left, right = block(state, LEFT, state, m), block(state, RIGHT, state, m)
+    walk_failures = block(state, WALK_FAILURES, state, m)
+    s, discrepancy = block(floats, RUNNING_SUM, state, rows * d), block(floats, DISCREPANCY, state, rows)
+    u, pending = block(floats, UNIFORMS, state, m * n), block(floats, EXTRA, state, m * d)
+    mode, tie_plus, walk_c = state[MODE], state[TIE_PLUS] != 0, floats[WALK_C]
     for j in range(b):
         t = start + j
         if t % 2 == 0:
             if t == n - 1:
                 for i in range(m):
-                    next_order[i, left[i]] = order[i, t]
+                    next_order[i * n + left[i]] = order[i * n + t]
             elif j == b - 1:  # the partner comes in a later call: copy, the buffer may be reused
                 for i in range(m):
                     for k in range(d):
-                        pending[i, k] = grads[i, j, k]
+                        pending[i * d + k] = grads[i, j, k]
             continue
         pair = t // 2
         for i in range(m):
-            r = 0 if shared else i
+            r = 0 if rows == 1 else i
+            row = s[r * d:(r + 1) * d]
             if j > 0:  # both of the pair are in this call's buffer
-                eps = balance_difference(s, r, grads[i, j - 1], grads[i, j], mode, tie_plus, walk_c,
-                                         u[i, pair], discrepancy, walk_failures, i)
+                eps, failed = balance_difference(row, grads[i, j - 1], grads[i, j], mode, tie_plus,
+                                                 walk_c, u[i * n + pair])
             else:
-                eps = balance_difference(s, r, pending[i], grads[i, j], mode, tie_plus, walk_c,
-                                         u[i, pair], discrepancy, walk_failures, i)
-            first, second = order[i, t - 1], order[i, t]
+                eps, failed = balance_difference(row, pending[i * d:(i + 1) * d], grads[i, j], mode,
+                                                 tie_plus, walk_c, u[i * n + pair])
+            if failed:
+                walk_failures[i] += 1
+            discrepancy[r] = max(discrepancy[r], abs_max(row))
+            first, second = order[i * n + t - 1], order[i * n + t]
             if eps > 0.0:
-                next_order[i, left[i]] = first
-                next_order[i, right[i]] = second
+                next_order[i * n + left[i]] = first
+                next_order[i * n + right[i]] = second
             else:
-                next_order[i, left[i]] = second
-                next_order[i, right[i]] = first
+                next_order[i * n + left[i]] = second
+                next_order[i * n + right[i]] = first
             left[i] += 1
             right[i] -= 1
+    state[OBSERVED] = start + b
+    return start + b
 
 
 class BalancingState:
-    """Mixin for orderers that balance signs: the arrays every balancing kernel shares."""
+    """Mixin for orderers that balance signs: the state buffer, its named views and a fast
+    observe(). Subclasses set ``kernel`` (one of the observe kernels above) and call
+    ``_setup_balance`` from ``_setup``."""
 
-    def _setup_balance(self, sum_rows: int) -> None:
+    kernel = None
+
+    def _setup_balance(self, sum_rows: int, extra_rows: int) -> None:
         m, n, d = self.workers, self.examples, self.dim
-        self.running_sum = np.zeros((sum_rows, d))
-        self.next_order = np.empty((m, n), dtype=np.int64)
-        self.left = np.zeros(m, dtype=np.int64)
-        self.right = np.zeros(m, dtype=np.int64)
-        self.discrepancy = np.zeros(sum_rows)
-        self.walk_failures = np.zeros(m, dtype=np.int64)
-        self.uniforms = np.zeros((m, n))
-        self._mode = SIGN_WALK if self.sign == "walk" else SIGN_DETERMINISTIC
-        self._tie_plus = self.tie == "plus"
+        sizes = {ORDER: m * n, NEXT_ORDER: m * n, LEFT: m, RIGHT: m, WALK_FAILURES: m,
+                 RUNNING_SUM: sum_rows * d, DISCREPANCY: sum_rows, UNIFORMS: m * n,
+                 EXTRA: extra_rows * m * d}
+        self._state = np.zeros(HEADER + sum(sizes.values()), dtype=np.int64)
+        start = HEADER
+        for field, size in sizes.items():
+            self._state[field] = start
+            start += size
+        self._state[[M, N, D, ROWS]] = m, n, d, sum_rows
+        self._state[MODE] = SIGN_WALK if self.sign == "walk" else SIGN_DETERMINISTIC
+        self._state[TIE_PLUS] = self.tie == "plus"
+        self._state.view(np.float64)[WALK_C] = self.walk_c
+        self._bind_views()
+
+    def _bind_views(self) -> None:
+        state, floats = self._state, self._state.view(np.float64)
+        m, n, d, rows = (int(v) for v in state[[M, N, D, ROWS]])
+        extra_rows = (len(state) - int(state[EXTRA])) // (m * d)
+        shapes = {"epoch_order": (ORDER, (m, n)), "next_order": (NEXT_ORDER, (m, n)), "left": (LEFT, (m,)),
+                  "right": (RIGHT, (m,)), "walk_failures": (WALK_FAILURES, (m,)),
+                  "running_sum": (RUNNING_SUM, (rows, d)), "discrepancy": (DISCREPANCY, (rows,)),
+                  "uniforms": (UNIFORMS, (m, n)), "extra": (EXTRA, (extra_rows, m, d))}
+        for name, (field, shape) in shapes.items():
+            buffer = state if name in INT_ARRAYS else floats
+            start = int(state[field])
+            setattr(self, name, buffer[start:start + int(np.prod(shape))].reshape(shape))
+
+    # Views do not survive pickling (checkpoints) as views: keep the buffer, rebuild the views.
+    def __getstate__(self):
+        views = INT_ARRAYS + FLOAT_ARRAYS
+        return {key: value for key, value in self.__dict__.items() if key not in views}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._bind_views()
 
     def _begin_balance(self) -> None:
+        # The kernels read this epoch's order from the buffer; self.order stays a fresh array
+        # every epoch, so that a caller may keep a previous epoch's order.
+        self.epoch_order[...] = self.order
+        self._state[OBSERVED] = 0
         self.running_sum[:] = 0.0
         self.left[:] = 0
         self.right[:] = self.examples - 1
         self.discrepancy[:] = 0.0
         self.walk_failures[:] = 0
-        if self._mode == SIGN_WALK:
-            self.uniforms = self.walk_uniforms()
+        if self.sign == "walk":
+            self.uniforms[...] = self.walk_uniforms()
+
+    def observe(self, grads: np.ndarray) -> None:
+        # The kernel checks the sizes itself; whatever it refuses, or is not a plain float64
+        # ndarray, goes through Orderer.observe, whose validation names the problem.
+        if self.in_epoch and type(grads) is np.ndarray and grads.dtype is FLOAT64 and grads.ndim == 3:
+            observed = self.kernel(grads, self._state)
+            if observed > 0:
+                self.observed = observed  # the kernel keeps the same count in the state header
+                return
+        super().observe(grads)
+
+    def _observe(self, grads, start):
+        self.kernel(np.asarray(grads), self._state)
+
+    def _finish_balance(self) -> np.ndarray:
+        return self.next_order.copy()
 
     @property
     def balance_discrepancy(self) -> float:
         """max_k ||s_k||_inf over the epoch so far (the largest over independent rows)."""
         return float(self.discrepancy.max())
-
-    def _finish_balance(self) -> np.ndarray:
-        result = self.next_order
-        self.next_order = np.empty_like(result)
-        return result

@@ -9,22 +9,17 @@ class DistributedGraB(BalancingState, Orderer):
 
     name = "d-grab"
     description = "ID-GraB (Bal): every worker runs GraB's mean balance on its own, no coordination"
+    kernel = staticmethod(mean_balance_observe)
 
     def _setup(self):
-        self._setup_balance(self.workers)
-        self.mean_prev = np.zeros((self.workers, self.dim))  # zero in the first epoch
-        self.grad_sum = np.zeros((self.workers, self.dim))
+        # extra[0]: the previous epoch's mean gradient per worker (zero in the first epoch);
+        # extra[1]: this epoch's gradient sums
+        self._setup_balance(sum_rows=self.workers, extra_rows=2)
 
     def _begin(self):
         self._begin_balance()
-        self.grad_sum[:] = 0.0
-
-    def _observe(self, grads, start):
-        mean_balance_observe(grads, start, self.order, self.next_order, self.running_sum,
-                             self.mean_prev, self.grad_sum, self.left, self.right, self.uniforms,
-                             self._mode, self._tie_plus, self.walk_c, self.discrepancy,
-                             self.walk_failures)
+        self.extra[1] = 0.0
 
     def _next_order(self):
-        np.divide(self.grad_sum, self.examples, out=self.mean_prev)
+        np.divide(self.extra[1], self.examples, out=self.extra[0])
         return self._finish_balance()

@@ -1,5 +1,3 @@
-import numpy as np
-
 from ordersim.orderers._balance import BalancingState, pair_balance_observe
 from ordersim.orderers.base import Orderer
 
@@ -9,18 +7,14 @@ class DistributedPairGraB(BalancingState, Orderer):
 
     name = "d-grab-pair"
     description = "ID-GraB (PairBal): every worker runs PairBalance on its own, no coordination"
+    kernel = staticmethod(pair_balance_observe)
 
     def _setup(self):
-        self._setup_balance(1 if self.coordinated else self.workers)
-        self.pending = np.zeros((self.workers, self.dim))
+        # extra[0]: a pair's first gradient when its partner comes in a later observe()
+        self._setup_balance(sum_rows=1 if self.coordinated else self.workers, extra_rows=1)
 
     def _begin(self):
         self._begin_balance()
-
-    def _observe(self, grads, start):
-        pair_balance_observe(grads, start, self.order, self.next_order, self.running_sum,
-                             self.pending, self.left, self.right, self.uniforms, self._mode,
-                             self._tie_plus, self.walk_c, self.discrepancy, self.walk_failures)
 
     def _next_order(self):
         return self._finish_balance()
