@@ -37,6 +37,7 @@ class Orderer:
     coordinated: bool = False
     # Centralized algorithms are defined for one worker only; they name their distributed versions.
     centralized_alternatives: tuple[str, ...] = ()
+    observed: int = 0  # examples of every row observed in the current epoch (set by begin_epoch)
 
     def __init__(
         self,
@@ -81,7 +82,6 @@ class Orderer:
         self.sign, self.tie, self.first_order = sign, tie, first_order
         self.walk_c = float(walk_c)
         self.epoch = 0  # index of the epoch that begin_epoch() starts next (or is inside)
-        self.observed = 0  # examples of every row observed in the current epoch
         self.in_epoch = False
         self.order = np.empty((self.workers, self.examples), dtype=np.int64)
         for i in range(self.workers):
@@ -132,6 +132,13 @@ class Orderer:
         return self.order.copy()
 
     def observe(self, grads: np.ndarray) -> None:
+        b = self._check_observe(grads)
+        if self.needs_gradients:
+            self._observe(grads, self.observed)
+        self.observed += b
+
+    def _check_observe(self, grads) -> int:
+        """Raise the ValueError that names what is wrong with observe(grads); returns b."""
         if not self.in_epoch:
             raise ValueError(f"{self.name}: observe() outside an epoch; call begin_epoch() first")
         if not isinstance(grads, np.ndarray) or grads.dtype != np.float64:
@@ -155,9 +162,7 @@ class Orderer:
                 f"{self.name}: observe() got {b} examples per row but the epoch has {left} of "
                 f"{self.examples} left (b must be 1..{left})"
             )
-        if self.needs_gradients:
-            self._observe(grads, self.observed)
-        self.observed += b
+        return b
 
     def end_epoch(self) -> None:
         if not self.in_epoch:
