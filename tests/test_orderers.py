@@ -116,6 +116,30 @@ def test_every_registered_orderer_has_a_reference():
     assert not missing, f"no reference in tests/reference/orderers.py for: {', '.join(missing)}"
 
 
+@pytest.mark.parametrize("name", [name for name in ORDERERS if orderer_class(name).needs_gradients])
+def test_state_kernel_called_directly_equals_observe(name):
+    """kernel(grads, state) is what the MPI backend calls inside its jitted epoch loop: it gives
+    the orders observe() gives, returns the count observed so far, and -1 for gradients that do
+    not fit (changing nothing)."""
+    m = 1 if is_centralized(name) else 2
+    n, d = 6, 3
+    via_observe, direct = make_orderer(name, m, n, d), make_orderer(name, m, n, d)
+    for g in gradients(m, n, d, seed=3):
+        for o in (via_observe, direct):
+            order = o.begin_epoch()
+            for start, stop in ((0, 4), (4, 6)):
+                chunk = np.ascontiguousarray(np.take_along_axis(g, order[:, start:stop, None], axis=1))
+                if o is direct:
+                    assert o.kernel(chunk[:, :, :-1], o.state) == -1 and o.observed == start
+                    assert o.kernel(chunk, o.state) == o.observed == stop
+                else:
+                    o.observe(chunk)
+            if o is direct:
+                assert o.kernel(chunk[:, :1], o.state) == -1, "the epoch is full"
+            o.end_epoch()
+        assert np.array_equal(via_observe.order, direct.order)
+
+
 @pytest.mark.parametrize("name,shape,options,kind", list(_cases()))
 def test_matches_reference(name, shape, options, kind):
     assert name in REFERENCES, f"{name} has no reference in tests/reference/orderers.py"

@@ -3,14 +3,7 @@
 Signs follow ../shared/docs/algorithms.md: deterministic (eps = +1 iff <s,v> <= 0, or < 0 with
 tie="minus") or the self-balancing walk (eps = +1 with probability 1/2 - <s,v>/(2c), clipped).
 
-A balancing orderer keeps its whole state in one flat int64 buffer, whose float arrays are read
-through a float64 view of the same memory, and a kernel call takes just (grads, state). Numba's
-dispatch costs about 50 ns per argument; with the fifteen separate arrays and options the kernels
-used to take, dispatch cost more than the balancing itself when a call carries one example. The
-buffer's header holds the sizes, the sign options, the examples observed so far in the epoch and
-where each named array starts; Python sees the same arrays as named numpy views
-(``BalancingState``), the kernels as 1-d slices indexed by row (row i of an (m, n) array is
-[i n, (i + 1) n)).
+The state lives in one flat buffer (``_state.py``); a kernel call takes just (grads, state).
 
 The epoch's balancing discrepancy, max over steps of ||s||_inf, is kept as ``peaks``: per
 coordinate, the largest |s_k| so far. Its maximum is the same number (max is exact in any order),
@@ -21,18 +14,16 @@ cost a third of the balancing at d = 128.
 import numpy as np
 from numba import njit
 
+from ordersim.orderers._state import FIRST_OWN_SLOT, N, OBSERVED, ORDER, StateBuffer, block, fits
+
 SIGN_DETERMINISTIC = 0
 SIGN_WALK = 1
-FLOAT64 = np.dtype(np.float64)
 
-# state[0:HEADER]: sizes, options (walk_c as a float64), examples observed so far in the epoch,
-# then where every named array starts; the int arrays, then the float arrays follow.
-M, N, D, ROWS, MODE, TIE_PLUS, WALK_C, OBSERVED = range(8)
-ORDER, NEXT_ORDER, LEFT, RIGHT, WALK_FAILURES = range(8, 13)
-RUNNING_SUM, PEAKS, UNIFORMS, EXTRA = range(13, 17)
-HEADER = 17
-INT_ARRAYS = ("epoch_order", "next_order", "left", "right", "walk_failures")
-FLOAT_ARRAYS = ("running_sum", "peaks", "uniforms", "extra")
+# The balancing orderers' header slots: running-sum rows, sign options (walk_c stored as a
+# float64), then where each of their arrays starts.
+ROWS, MODE, TIE_PLUS, WALK_C = range(FIRST_OWN_SLOT, FIRST_OWN_SLOT + 4)
+NEXT_ORDER, LEFT, RIGHT, WALK_FAILURES, RUNNING_SUM, PEAKS, UNIFORMS, EXTRA = range(
+    FIRST_OWN_SLOT + 4, FIRST_OWN_SLOT + 12)
 
 
 @njit(inline="always")
@@ -63,22 +54,6 @@ def dot_with_difference(s, a, b):
         p0 += s[k] * (a[k] - b[k])
         k += 1
     return (p0 + p1) + (p2 + p3)
-
-
-@njit(inline="always")
-def block(buffer, field, state, length):
-    """The named array that starts at state[field], as a 1-d slice of ``buffer`` (the state or
-    its float64 view)."""
-    start = state[field]
-    return buffer[start:start + length]
-
-
-@njit(inline="always")
-def fits(grads, state):
-    """grads is (m, b, d) with 1 <= b <= the examples left; otherwise observe() names the problem."""
-    b = grads.shape[1]
-    return (grads.shape[0] == state[M] and grads.shape[2] == state[D] and b >= 1
-            and state[OBSERVED] + b <= state[N])
 
 
 @njit(cache=True)
@@ -198,55 +173,34 @@ def pair_balance_observe(grads, state):
     return start + b
 
 
-class BalancingState:
-    """Mixin for orderers that balance signs: the state buffer, its named views and a fast
-    observe(). Subclasses set ``kernel`` (one of the observe kernels above) and call
-    ``_setup_balance`` from ``_setup``."""
+class BalancingState(StateBuffer):
+    """Mixin for orderers that balance signs. Subclasses set ``kernel`` (one of the two above) and
+    call ``_setup_balance`` from ``_setup``."""
 
-    kernel = None
+    header_slots = EXTRA + 1
 
     def _setup_balance(self, sum_rows: int, extra_rows: int) -> None:
-        m, n, d = self.workers, self.examples, self.dim
-        sizes = {ORDER: m * n, NEXT_ORDER: m * n, LEFT: m, RIGHT: m, WALK_FAILURES: m,
-                 RUNNING_SUM: sum_rows * d, PEAKS: sum_rows * d, UNIFORMS: m * n,
-                 EXTRA: extra_rows * m * d}
-        self._state = np.zeros(HEADER + sum(sizes.values()), dtype=np.int64)
-        start = HEADER
-        for field, size in sizes.items():
-            self._state[field] = start
-            start += size
-        self._state[[M, N, D, ROWS]] = m, n, d, sum_rows
-        self._state[MODE] = SIGN_WALK if self.sign == "walk" else SIGN_DETERMINISTIC
-        self._state[TIE_PLUS] = self.tie == "plus"
-        self._state.view(np.float64)[WALK_C] = self.walk_c
-        self._bind_views()
+        self.sum_rows, self.extra_rows = sum_rows, extra_rows
+        self._allocate_state()
+        self.state[ROWS] = sum_rows
+        self.state[MODE] = SIGN_WALK if self.sign == "walk" else SIGN_DETERMINISTIC
+        self.state[TIE_PLUS] = self.tie == "plus"
+        self.state.view(np.float64)[WALK_C] = self.walk_c
 
-    def _bind_views(self) -> None:
-        state, floats = self._state, self._state.view(np.float64)
-        m, n, d, rows = (int(v) for v in state[[M, N, D, ROWS]])
-        extra_rows = (len(state) - int(state[EXTRA])) // (m * d)
-        shapes = {"epoch_order": (ORDER, (m, n)), "next_order": (NEXT_ORDER, (m, n)), "left": (LEFT, (m,)),
-                  "right": (RIGHT, (m,)), "walk_failures": (WALK_FAILURES, (m,)),
-                  "running_sum": (RUNNING_SUM, (rows, d)), "peaks": (PEAKS, (rows, d)),
-                  "uniforms": (UNIFORMS, (m, n)), "extra": (EXTRA, (extra_rows, m, d))}
-        for name, (field, shape) in shapes.items():
-            buffer = state if name in INT_ARRAYS else floats
-            start = int(state[field])
-            setattr(self, name, buffer[start:start + int(np.prod(shape))].reshape(shape))
-
-    # Views do not survive pickling (checkpoints) as views: keep the buffer, rebuild the views.
-    def __getstate__(self):
-        views = INT_ARRAYS + FLOAT_ARRAYS
-        return {key: value for key, value in self.__dict__.items() if key not in views}
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._bind_views()
+    def _state_layout(self):
+        m, n, d, rows = self.workers, self.examples, self.dim, self.sum_rows
+        return {**super()._state_layout(),
+                "next_order": (NEXT_ORDER, np.int64, (m, n)),
+                "left": (LEFT, np.int64, (m,)),
+                "right": (RIGHT, np.int64, (m,)),
+                "walk_failures": (WALK_FAILURES, np.int64, (m,)),
+                "running_sum": (RUNNING_SUM, np.float64, (rows, d)),
+                "peaks": (PEAKS, np.float64, (rows, d)),  # per coordinate, the largest |s_k| so far
+                "uniforms": (UNIFORMS, np.float64, (m, n)),
+                "extra": (EXTRA, np.float64, (self.extra_rows, m, d))}
 
     def _begin_balance(self) -> None:
-        # The kernels read this epoch's order from the buffer; self.order stays a fresh array
-        # every epoch, so that a caller may keep a previous epoch's order.
-        self.epoch_order[...] = self.order
+        self._load_epoch_order()
         self.running_sum[:] = 0.0
         self.left[:] = 0
         self.right[:] = self.examples - 1
@@ -254,24 +208,6 @@ class BalancingState:
         self.walk_failures[:] = 0
         if self.sign == "walk":
             self.uniforms[...] = self.walk_uniforms()
-
-    @property
-    def observed(self) -> int:
-        """Examples of every row observed in the current epoch (kept by the kernels)."""
-        return int(self._state[OBSERVED])
-
-    @observed.setter
-    def observed(self, value: int) -> None:
-        self._state[OBSERVED] = value
-
-    def observe(self, grads: np.ndarray) -> None:
-        # The kernel checks the sizes itself; whatever it refuses, or is not a plain float64
-        # ndarray, goes through the validation that names the problem.
-        if self.in_epoch and type(grads) is np.ndarray and grads.dtype is FLOAT64 and grads.ndim == 3:
-            if self.kernel(grads, self._state) > 0:
-                return
-        self._check_observe(grads)
-        self.kernel(np.asarray(grads), self._state)
 
     def _finish_balance(self) -> np.ndarray:
         return self.next_order.copy()

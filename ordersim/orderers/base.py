@@ -7,9 +7,12 @@ An orderer owns the visit orders of m workers, each over its own n local example
     ...                       # until all n examples of every row were observed
     o.end_epoch()             # builds the order that the next begin_epoch() returns
 
-Subclasses set ``name``, ``description`` and ``needs_gradients`` and implement ``_begin``,
-``_observe`` and ``_next_order``. All per-example work happens in Numba kernels; this class only
-validates arguments and keeps the epoch bookkeeping, so ``observe`` costs O(1) Python per call.
+Subclasses set ``name`` and ``description`` and implement ``_begin`` and
+``_next_order``. Those that need the gradients also derive from ``StateBuffer``
+(``orderers/_state.py``): their whole state is one flat buffer and a Numba kernel
+``kernel(grads, state)`` does all per-example work, callable from Python (observe) and from other
+jitted code (the MPI backend's epoch loop). This class validates arguments and keeps the epoch
+bookkeeping; for the others observe() only counts.
 """
 
 import math
@@ -31,7 +34,7 @@ def default_walk_c(total_examples: int, dim: int, delta: float = 0.01) -> float:
 class Orderer:
     name: str = ""
     description: str = ""
-    needs_gradients: bool = True
+    needs_gradients: bool = False  # True for StateBuffer orderers, whose kernel observes them
     # Coordinated orderers need every worker's gradients on every rank (one shared walk); the others
     # run independently per worker, so an MPI rank builds only its own workers' orders.
     coordinated: bool = False
@@ -115,9 +118,6 @@ class Orderer:
     def _begin(self) -> None:
         """Reset per-epoch state before the epoch's first observe()."""
 
-    def _observe(self, grads: np.ndarray, start: int) -> None:
-        """Consume grads (m, b, d): positions start..start+b-1 of every row's visit order."""
-
     def _next_order(self) -> np.ndarray:
         """The order of the next epoch (m, n), built from what this epoch observed."""
         raise NotImplementedError
@@ -132,10 +132,7 @@ class Orderer:
         return self.order.copy()
 
     def observe(self, grads: np.ndarray) -> None:
-        b = self._check_observe(grads)
-        if self.needs_gradients:
-            self._observe(grads, self.observed)
-        self.observed += b
+        self.observed += self._check_observe(grads)
 
     def _check_observe(self, grads) -> int:
         """Raise the ValueError that names what is wrong with observe(grads); returns b."""

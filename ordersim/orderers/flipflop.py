@@ -6,7 +6,6 @@ import numpy as np
 class FlipFlop(Orderer):
     name = "flipflop"
     description = "flipflop: a new random permutation on even epochs, the previous one reversed on odd epochs"
-    needs_gradients = False
 
     def _next_order(self):
         if self.epoch % 2 == 1:

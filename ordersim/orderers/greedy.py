@@ -1,18 +1,29 @@
 import numpy as np
 from numba import njit
 
+from ordersim.orderers._state import FIRST_OWN_SLOT, N, OBSERVED, ORDER, StateBuffer, block, fits
 from ordersim.orderers.base import Orderer
+
+TABLE = FIRST_OWN_SLOT  # header slot: where the (m, n, d) gradient table starts
 
 
 @njit(cache=True)
-def store_by_example(grads, start, order, table):
-    """table[i, e] = gradient of worker i's local example e, for the b examples just visited."""
+def store_by_example(grads, state):
+    """table[i, e] = gradient of worker i's local example e, for the b examples just visited.
+    Returns the examples observed so far, or -1 if grads do not fit."""
+    if not fits(grads, state):
+        return -1
     m, b, d = grads.shape
+    n, start = state[N], state[OBSERVED]
+    order = block(state, ORDER, state, m * n)
+    table = block(state.view(np.float64), TABLE, state, m * n * d)
     for j in range(b):
         for i in range(m):
-            e = order[i, start + j]
+            e = order[i * n + start + j]
             for k in range(d):
-                table[i, e, k] = grads[i, j, k]
+                table[(i * n + e) * d + k] = grads[i, j, k]
+    state[OBSERVED] = start + b
+    return start + b
 
 
 @njit(cache=True)
@@ -43,18 +54,25 @@ def greedy_herding_order(z, out):
             s[k] += z[best, k]
 
 
-class GreedyHerding(Orderer):
+class GreedyHerding(StateBuffer, Orderer):
     """Offline herding baseline (Lu, Meng, De Sa 2022), per worker. Holds all n gradients of the
     previous epoch, O(m n d) memory, and O(n^2 d) time per epoch: for small n only."""
 
     name = "greedy"
     description = "greedy herding on the previous epoch's centered gradients (offline baseline, O(n d) memory)"
 
-    def _setup(self):
-        self.table = np.zeros((self.workers, self.examples, self.dim))
+    kernel = staticmethod(store_by_example)
+    header_slots = TABLE + 1
 
-    def _observe(self, grads, start):
-        store_by_example(grads, start, self.order, self.table)
+    def _state_layout(self):
+        return {**super()._state_layout(),
+                "table": (TABLE, np.float64, (self.workers, self.examples, self.dim))}
+
+    def _setup(self):
+        self._allocate_state()
+
+    def _begin(self):
+        self._load_epoch_order()
 
     def _next_order(self):
         order = np.empty((self.workers, self.examples), dtype=np.int64)

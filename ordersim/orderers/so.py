@@ -4,7 +4,6 @@ from ordersim.orderers.base import Orderer
 class ShuffleOnce(Orderer):
     name = "so"
     description = "shuffle once: one random permutation per worker, reused every epoch"
-    needs_gradients = False
 
     def _next_order(self):
         return self.order
