@@ -73,6 +73,9 @@ class MPIBackend(SerialBackend):
         self.comm = comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.workers = workers
+        from ordersim.jit_mpi import comm_handle
+
+        self.comm_handle = comm_handle(comm)  # for MPI calls from jitted code
         per_rank = workers // self.size
         self.first, self.last = self.rank * per_rank, (self.rank + 1) * per_rank
 

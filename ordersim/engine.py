@@ -78,8 +78,9 @@ def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b
     """`steps` synchronous steps of all m workers inside one jitted call (the serial fast path).
 
     With store, worker w's per-example gradients go to grads_out[w, :] in visit order, for the
-    orderer to observe afterwards. Returns the number of examples per worker done, or -1 when the
-    loss or the model stopped being finite (divergence).
+    orderer to observe afterwards. Returns the number of examples per worker done, or, when the
+    model stopped being finite (divergence), -1 - the steps done including the diverging one (the
+    MPI epoch loop's count).
     """
     m = order.shape[0]
     done = 0
@@ -93,8 +94,8 @@ def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b
                                 out, worker_sums[w])
         finite = apply_update(x, velocity, worker_sums, m * count, lr, momentum, weight_decay)
         step_losses[s] = loss / (m * count)
-        if not finite or not np.isfinite(loss):
-            return -1
+        if not finite:
+            return -s - 2
         pos += count
         done += count
     return done
@@ -150,42 +151,122 @@ def serial_steps_coded(batch_grads, x, velocity, A, y, params, order, n, pos, st
                                 out, sums[w])
         finite = apply_coded_update(x, velocity, history, coef[s], step + s, lr, momentum, weight_decay)
         step_losses[s] = loss / (m * count)
-        if not finite or not np.isfinite(loss):
-            return -1
+        if not finite:
+            return -s - 2
         pos += count
         done += count
     return done
 
 
-_LOCAL_STEPS = {}
+@njit(cache=True)
+def no_observer(grads, state):
+    """The observe kernel of orderers that need no gradients (rr, so, ...): nothing to do."""
+    return 0
 
 
-def local_steps(batch_grads, update):
-    """The MPI backend's per-step kernel for one problem kernel and one update rule, compiled once
-    per pair:
+_MPI_EPOCHS = {}
 
-        ok = kernel(x, velocity, due, lr, momentum, weight_decay,
-                    A, y, params, order, n, pos, count, idx, grads, sums, losses, *update_args)
 
-    first applies the previous step's update when `due` — update(x, velocity, *update_args, lr,
-    momentum, weight_decay): apply_update with (all_sums, m * count), or apply_coded_update with
-    (history, coef, step) — and returns False if x stopped being finite; then computes every local
-    worker's gradients and sums for visit positions pos..pos+count-1. One call per step: both
-    kernels are bound in the closure rather than passed as arguments, since a dispatcher argument
-    costs microseconds of Python type dispatch per call.
+def mpi_epoch(batch_grads, observe):
+    """The MPI backend's epoch: every step, its Allgather and the orderer's kernel inside one jitted
+    function, compiled once per (problem kernel, orderer kernel) pair:
+
+        steps = epoch(x, velocity, lr, momentum, weight_decay, A, y, params, order, n, b, idx,
+                      grads, local_sums, local_loss, history, coef, coded, first_step,
+                      coordinated, gathered, all_loss, trace_every, trace_loss, state, comm,
+                      timers)
+
+    A step: the previous step's update (apply_update along the gathered sums, or with ``coded``
+    apply_coded_update along history and coef[k - 1]); the local workers' gradients and sums for
+    the next b visit positions; one Allgather — of the sums into history[step mod slots], or with
+    ``coordinated`` of the gradients into ``gathered``, summed per worker there; every
+    ``trace_every`` steps one more of the losses into ``trace_loss[k]``; then
+    observe(gradients, state) on the local rows, or all of them when coordinated. The last
+    update follows the loop. Returns the steps done, or -(steps done) - 1 when x stopped being
+    finite. timers (3,) accumulates compute, communication and ordering seconds (MPI_Wtime).
+
+    The operations are the serial backend's, in the same order (worker_step, row_sums,
+    apply_update), so the traces are bitwise the serial ones. Python-level calls per step cost
+    more than the step itself at small b (dispatch of ~20 arguments, mpi4py's wrapper): hence one
+    call per epoch, with the problem's and the orderer's kernels bound in the closure.
     """
-    kernel = _LOCAL_STEPS.get((batch_grads, update))
-    if kernel is None:
-        @njit
-        def kernel(x, velocity, due, lr, momentum, weight_decay, A, y, params, order, n, pos, count,
-                   idx, grads, sums, losses, *update_args):
-            if due and not update(x, velocity, *update_args, lr, momentum, weight_decay):
-                return False
-            for w in range(order.shape[0]):
-                losses[w, 0] = worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count,
-                                           idx, grads[w], sums[w])
-            return True
-        _LOCAL_STEPS[(batch_grads, update)] = kernel
+    kernel = _MPI_EPOCHS.get((batch_grads, observe))
+    if kernel is not None:
+        return kernel
+    from ordersim.jit_mpi import allgather, wtime
+
+    @njit
+    def kernel(x, velocity, lr, momentum, weight_decay, A, y, params, order, n, b, idx, grads,
+               local_sums, local_loss, history, coef, coded, first_step, coordinated, gathered,
+               all_loss, trace_every, trace_loss, state, comm, timers):
+        local, d = grads.shape[0], grads.shape[2]
+        slots, m = history.shape[0], history.shape[1]
+        pos = k = last_count = 0
+        compute = communicate = ordering = 0.0
+        finite = True
+        while pos < n:
+            count = min(b, n - pos)
+            step = first_step + k
+            t0 = wtime()
+            if k > 0:
+                if coded:
+                    finite = apply_coded_update(x, velocity, history, coef[k - 1], step - 1, lr,
+                                                momentum, weight_decay)
+                else:
+                    finite = apply_update(x, velocity, history[0], m * last_count, lr, momentum,
+                                          weight_decay)
+                if not finite:
+                    break
+            for w in range(local):
+                local_loss[w, 0] = worker_step(batch_grads, x, A, y, params, order, w, w * n, pos,
+                                               count, idx, grads[w], local_sums[w])
+            t1 = wtime()
+            sums = history[step % slots]
+            if coordinated:
+                if count == b:
+                    allgather(grads, gathered, comm)
+                    row_sums(gathered, sums)
+                    t2 = wtime()
+                    observe(gathered, state)
+                else:  # the short last step: contiguous (·, count, d) buffers
+                    short = gathered.ravel()[:m * count * d].reshape((m, count, d))
+                    allgather(np.ascontiguousarray(grads[:, :count]), short, comm)
+                    row_sums(short, sums)
+                    t2 = wtime()
+                    observe(short, state)
+            else:
+                allgather(local_sums, sums, comm)
+                t2 = wtime()
+                if count == b:
+                    observe(grads, state)
+                else:
+                    observe(grads[:, :count], state)
+            t3 = wtime()
+            if trace_every > 0 and step % trace_every == 0:
+                allgather(local_loss, all_loss, comm)
+                trace_loss[k] = sum_in_worker_order(all_loss)[0] / (m * count)
+            t4 = wtime()
+            compute += t1 - t0
+            communicate += (t2 - t1) + (t4 - t3)
+            ordering += t3 - t2
+            last_count = count
+            pos += count
+            k += 1
+        if finite and k > 0:
+            t0 = wtime()
+            if coded:
+                finite = apply_coded_update(x, velocity, history, coef[k - 1], first_step + k - 1,
+                                            lr, momentum, weight_decay)
+            else:
+                finite = apply_update(x, velocity, history[0], m * last_count, lr, momentum,
+                                      weight_decay)
+            compute += wtime() - t0
+        timers[0] += compute
+        timers[1] += communicate
+        timers[2] += ordering
+        return k if finite else -k - 1
+
+    _MPI_EPOCHS[(batch_grads, observe)] = kernel
     return kernel
 
 

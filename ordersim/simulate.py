@@ -324,7 +324,8 @@ class Run:
             else:
                 done = self.timed("compute_time", engine.serial_steps_coded, *common, *step_args,
                                   self.history, coef[k:k + steps], self.step, losses)
-            if done < 0:
+            if done < 0:  # diverged: the steps up to the diverging one are traced, as under MPI
+                self._record_steps(epoch, losses[:-done - 1])
                 return False
             self._record_steps(epoch, losses[:steps])
             if store:
@@ -334,77 +335,40 @@ class Run:
         return True
 
     def _mpi_epoch(self, epoch, order, lr, coef):
-        s, config, backend = self.setup, self.setup.config, self.setup.backend
+        s, config = self.setup, self.setup.config
         m, n, b, d, local = self.m, self.n, self.b, self.d, self.local
-        # Everything a step touches is allocated here, once per epoch. A step is one jitted call
-        # (the previous step's update, then the local workers' gradients), one Allgather and
-        # observe(); the last step's update follows the loop. The plain update takes the gathered
-        # sums and m * count; a decoded one (coef given) every partition's sums of the last s + 1
-        # steps, kept in self.history, and the step's coefficients.
+        # The whole epoch is one jitted call (engine.mpi_epoch): per step the update, the local
+        # gradients, one Allgather from inside the jitted code and the orderer's state kernel.
+        # Everything it touches is allocated here, once per epoch. The plain update takes the
+        # gathered sums (a history of one slot); a decoded one (coef given) every partition's
+        # sums of the last s + 1 steps, kept in self.history, and the step's coefficients.
         coded = coef is not None
-        update = engine.apply_coded_update if coded else engine.apply_update
-        kernel = engine.local_steps(s.problem.batch_grads, update)
-        if coded:
-            history, slots = self.history, self.history.shape[0]
-        else:
-            all_sums = np.empty((m, d))
+        history = self.history if coded else np.empty((1, m, d))
+        if not coded:
+            coef = np.zeros((1, 1, 1))
+        gradients = self.orderer.needs_gradients
+        kernel = engine.mpi_epoch(s.problem.batch_grads,
+                                  self.orderer.kernel if gradients else engine.no_observer)
+        state = self.orderer.state if gradients else np.zeros(1, dtype=np.int64)
         grads = np.empty((local, b, d))
-        local_sums = np.empty((local, d))
-        local_loss = np.empty((local, 1))
-        all_loss = np.empty((m, 1))
-        all_grads = np.empty((m, b, d)) if self.coordinated else None
-        # like the serial path, an orderer that needs no gradients (rr, so, ...) is not shown them
-        observe = self.orderer.observe if self.orderer.needs_gradients else None
-        gather, clock = backend.gather_workers, time.perf_counter
-        x, velocity, A, y, params, idx = self.x, self.velocity, s.A, s.y, s.problem.params, self.idx
-        momentum, weight_decay, every = config.momentum, config.weight_decay, config.trace_every
-        compute = comm = ordering = 0.0
-        # the arguments of the update still to apply: (sums, m * count) or (history, coef, step)
-        due, pending = False, (history, coef[0], 0) if coded else (all_sums, 0)
-        pos, k, ok = 0, 0, True
-        while pos < n:
-            count = min(b, n - pos)
-            t0 = clock()
-            ok = kernel(x, velocity, due, lr, momentum, weight_decay, A, y, params, order, n, pos,
-                        count, idx, grads, local_sums, local_loss, *pending)
-            t1 = clock()
-            compute += t1 - t0
-            if not ok:
-                break
-            sums = history[self.step % slots] if coded else all_sums
-            if self.coordinated:
-                part = grads if count == b else np.ascontiguousarray(grads[:, :count])
-                gathered = all_grads if count == b else np.empty((m, count, d))
-                gather(part, gathered)
-                engine.row_sums(gathered, sums)
-                observed = gathered
-            else:
-                gather(local_sums, sums)
-                observed = grads if count == b else grads[:, :count]
-            traced = every and self.step % every == 0
-            if traced:
-                gather(local_loss, all_loss)
-            t2 = clock()
-            if observe is not None:
-                observe(observed)
-            t3 = clock()
-            comm += t2 - t1
-            ordering += t3 - t2
-            if traced:
-                loss = engine.sum_in_worker_order(all_loss)[0] / (m * count)
-                self.trace_steps.append((epoch, self.step, loss))
-            due, pending = True, (history, coef[k], self.step) if coded else (all_sums, m * count)
-            self.step += 1
-            pos += count
-            k += 1
-        if ok and due:
-            t0 = clock()
-            ok = update(x, velocity, *pending, lr, momentum, weight_decay)
-            compute += clock() - t0
-        self.timers["compute_time"] += compute
-        self.timers["comm_time"] += comm
-        self.timers["order_time"] += ordering
-        return ok
+        gathered = np.empty((m, b, d) if self.coordinated else (1, 1, 1))
+        every = config.trace_every
+        trace_loss = np.full(self.steps_per_epoch, np.nan)
+        timers = np.zeros(3)
+        first_step = self.step
+        done = kernel(self.x, self.velocity, lr, config.momentum, config.weight_decay, s.A, s.y,
+                      s.problem.params, order, n, b, self.idx, grads, np.empty((local, d)),
+                      np.empty((local, 1)), history, coef, coded, first_step, self.coordinated,
+                      gathered, np.empty((m, 1)), every, trace_loss, state,
+                      s.backend.comm_handle, timers)
+        steps = done if done >= 0 else -done - 1
+        for k in range(steps):
+            if every and (first_step + k) % every == 0:
+                self.trace_steps.append((epoch, first_step + k, float(trace_loss[k])))
+        self.step += steps
+        for key, seconds in zip(("compute_time", "comm_time", "order_time"), timers):
+            self.timers[key] += seconds
+        return done >= 0
 
     def _record_steps(self, epoch, losses):
         every = self.setup.config.trace_every

@@ -62,7 +62,8 @@ def test_serial_steps_report_divergence():
                                N_LOCAL, 0, N_LOCAL, 1, 1e200, 0.0, 0.0, False, np.empty((1, 1, 1)),
                                np.empty(1, dtype=np.int64), np.empty((1, P)), np.empty((M, P)),
                                np.empty(N_LOCAL))
-    assert done == -1
+    assert done == -2, "the first step diverged: -1 - (steps done, the diverging one included)"
+    assert not np.all(np.isfinite(x))
 
 
 def test_worker_order_sums_match_numpy():

@@ -110,7 +110,7 @@ def test_mpi_traces_are_bitwise_identical_to_serial(serial_trace, tmp_path, rank
 @pytest.mark.mpi
 def test_two_workers_per_rank_match_serial(tmp_path):
     args = ["--epochs", "2", "--workers", "8", "--batch", "2", "--seeds", "3", "--quiet",
-            "--record-orders", "--orderers", "cd-grab", "d-grab", "--momentum", "0.5"]
+            "--record-orders", "--orderers", "cd-grab", "d-grab", "greedy", "wr", "--momentum", "0.5"]
     serial = tmp_path / "s.h5"
     assert run_serial([*args, "--out", str(serial)]).returncode == 0
     mpi = tmp_path / "m.h5"
@@ -225,6 +225,21 @@ def test_divergent_run_is_marked_and_the_others_go_on(tmp_path):
         assert f["runs/rr/seed_0"].attrs["status"] == "diverged"
         assert f["runs/cd-grab/seed_0"].attrs["status"] == "diverged"
     assert "diverged" in result.stdout
+
+
+@pytest.mark.mpi
+def test_divergence_under_mpi_matches_serial(tmp_path):
+    """The MPI epoch loop stops at the same step as the serial one when x stops being finite."""
+    args = ["--epochs", "3", "--lr", "1e6", "--problem", "least-squares", "--data",
+            "synthetic:regression?n=400&d=5&cond=10", "--orderers", "rr", "cd-grab", "--seeds", "0",
+            "--quiet", "--trace-every", "1", "--workers", "4", "--batch", "3"]
+    serial, mpi = tmp_path / "s.h5", tmp_path / "m.h5"
+    assert run_serial([*args, "--out", str(serial)]).returncode == 0
+    result = run_mpi(2, ["-m", "ordersim", *args, "--out", str(mpi)])
+    assert result.returncode == 0, result.stderr
+    with h5py.File(mpi, "r") as f:
+        assert f["runs/cd-grab/seed_0"].attrs["status"] == "diverged"
+    assert_bitwise_equal(contents(serial), contents(mpi))
 
 
 def test_help_explains_every_config_field():
