@@ -75,18 +75,16 @@ def mean_balance_observe(grads, state):
     s, peaks = block(floats, RUNNING_SUM, state, m * d), block(floats, PEAKS, state, m * d)
     u, extra = block(floats, UNIFORMS, state, m * n), block(floats, EXTRA, state, 2 * m * d)
     mode, tie_plus, walk_c = state[MODE], state[TIE_PLUS] != 0, floats[WALK_C]
-    for j in range(b):
-        t = start + j
-        for i in range(m):
+    for i in range(m):  # rows are independent: one row's state stays in cache for its b examples
+        row, peak = s[i * d:(i + 1) * d], peaks[i * d:(i + 1) * d]
+        mean_prev, grad_sum = extra[i * d:(i + 1) * d], extra[(m + i) * d:(m + i + 1) * d]
+        for j in range(b):
+            t = start + j
             g = grads[i, j]
-            row = s[i * d:(i + 1) * d]
-            mean_prev = extra[i * d:(i + 1) * d]
-            grad_sum = extra[(m + i) * d:(m + i + 1) * d]
             dot = dot_with_difference(row, g, mean_prev)
             eps = choose_sign(dot, mode, tie_plus, walk_c, u[i * n + t])
             if mode == SIGN_WALK and abs(dot) > walk_c:
                 walk_failures[i] += 1
-            peak = peaks[i * d:(i + 1) * d]
             for k in range(d):
                 value = row[k] + eps * (g[k] - mean_prev[k])
                 row[k] = value
