@@ -72,35 +72,6 @@ def sum_in_worker_order(worker_values):
     return total
 
 
-@njit  # takes the problem's kernel as an argument: not cacheable (numba#2956)
-def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b, lr, momentum,
-                 weight_decay, store, grads_out, idx, scratch, worker_sums, step_losses):
-    """`steps` synchronous steps of all m workers inside one jitted call (the serial fast path).
-
-    With store, worker w's per-example gradients go to grads_out[w, :] in visit order, for the
-    orderer to observe afterwards. Returns the number of examples per worker done, or, when the
-    model stopped being finite (divergence), -1 - the steps done including the diverging one (the
-    MPI epoch loop's count).
-    """
-    m = order.shape[0]
-    done = 0
-    for s in range(steps):
-        count = min(b, n - pos)
-        loss = 0.0
-        for w in range(m):
-            # with store, the kernel writes straight into grads_out (no copy through scratch)
-            out = grads_out[w, done:done + count] if store else scratch
-            loss += worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count, idx,
-                                out, worker_sums[w])
-        finite = apply_update(x, velocity, worker_sums, m * count, lr, momentum, weight_decay)
-        step_losses[s] = loss / (m * count)
-        if not finite:
-            return -s - 2
-        pos += count
-        done += count
-    return done
-
-
 @njit(cache=True)
 def apply_coded_update(x, velocity, history, coef, step, lr, momentum, weight_decay):
     """The update of a decoded scheme (ignore-stragglers, pipelined GC) at global step `step`.
@@ -133,11 +104,19 @@ def apply_coded_update(x, velocity, history, coef, step, lr, momentum, weight_de
 
 
 @njit  # takes the problem's kernel as an argument: not cacheable (numba#2956)
-def serial_steps_coded(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b, lr, momentum,
-                       weight_decay, store, grads_out, idx, scratch, history, coef, step, step_losses):
-    """serial_steps for a decoded scheme: every partition's gradient sum of global step u goes to
-    history[u mod (s+1)] and the update is apply_coded_update with coef[s] (coef: this chunk's
-    (steps, k, s+1) coefficients; `step` the global index of its first step)."""
+def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b, lr, momentum,
+                 weight_decay, store, grads_out, idx, scratch, history, coef, coded, step,
+                 step_losses):
+    """`steps` synchronous steps of all m workers inside one jitted call (the serial fast path).
+
+    Worker w's gradient sum of global step u goes to history[u mod slots, w]; the update is
+    apply_update along it (plain: a history of one slot), or with ``coded`` apply_coded_update with
+    coef[s] (coef: this chunk's (steps, k, s+1) coefficients); ``step`` is the global index of the
+    chunk's first step. With store, worker w's per-example gradients go to grads_out[w, :] in visit
+    order, for the orderer to observe afterwards. Returns the number of examples per worker done,
+    or, when the model stopped being finite (divergence), -1 - the steps done including the
+    diverging one (the MPI epoch loop's count).
+    """
     m = order.shape[0]
     slots = history.shape[0]
     done = 0
@@ -146,10 +125,15 @@ def serial_steps_coded(batch_grads, x, velocity, A, y, params, order, n, pos, st
         sums = history[(step + s) % slots]
         loss = 0.0
         for w in range(m):
+            # with store, the kernel writes straight into grads_out (no copy through scratch)
             out = grads_out[w, done:done + count] if store else scratch
             loss += worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count, idx,
                                 out, sums[w])
-        finite = apply_coded_update(x, velocity, history, coef[s], step + s, lr, momentum, weight_decay)
+        if coded:
+            finite = apply_coded_update(x, velocity, history, coef[s], step + s, lr, momentum,
+                                        weight_decay)
+        else:
+            finite = apply_update(x, velocity, sums, m * count, lr, momentum, weight_decay)
         step_losses[s] = loss / (m * count)
         if not finite:
             return -s - 2

@@ -28,6 +28,7 @@ from ordersim.stragglers import clock_from_config, config_error as straggler_con
 from ordersim.trace import NoTrace, TraceWriter
 from problems import make_problem, problem_class
 
+NO_COEFFICIENTS = np.zeros((1, 1, 1))  # the coef argument of plain (not decoded) updates
 # Bound on the doubles a chunk buffer holds (gradients kept for the orderer, herding step sums).
 CHUNK_DOUBLES = 1 << 20
 
@@ -303,6 +304,14 @@ class Run:
                                  self.setup.config.epochs * self.steps_per_epoch)
         return ok
 
+    def _update_inputs(self, coef):
+        """(history, coef, coded) for the step loops: a plain update sums along a history of one
+        slot and takes no coefficients; a decoded one along self.history (the partition sums of
+        the last s + 1 steps) with the epoch's coefficients."""
+        if coef is None:
+            return np.empty((1, self.m, self.d)), NO_COEFFICIENTS, False
+        return self.history, coef, True
+
     def _serial_epoch(self, epoch, order, lr, coef):
         s, config = self.setup, self.setup.config
         m, n, b, d = self.m, self.n, self.b, self.d
@@ -310,20 +319,15 @@ class Run:
         chunk = max(1, CHUNK_DOUBLES // (m * b * d)) if store else self.steps_per_epoch
         grads_out = np.empty((m, min(chunk * b, n), d) if store else (1, 1, 1))
         scratch = np.empty((b, d))
-        worker_sums = np.empty((m, d))
+        history, coef, coded = self._update_inputs(coef)
         losses = np.empty(chunk)
         common = (s.problem.batch_grads, self.x, self.velocity, s.A, s.y, s.problem.params, order, n)
         pos = k = 0
         while pos < n:
             steps = min(chunk, -(-(n - pos) // b))
-            step_args = (pos, steps, b, lr, config.momentum, config.weight_decay, store, grads_out,
-                         self.idx, scratch)
-            if coef is None:
-                done = self.timed("compute_time", engine.serial_steps, *common, *step_args,
-                                  worker_sums, losses)
-            else:
-                done = self.timed("compute_time", engine.serial_steps_coded, *common, *step_args,
-                                  self.history, coef[k:k + steps], self.step, losses)
+            done = self.timed("compute_time", engine.serial_steps, *common, pos, steps, b, lr,
+                              config.momentum, config.weight_decay, store, grads_out, self.idx,
+                              scratch, history, coef[k:k + steps], coded, self.step, losses)
             if done < 0:  # diverged: the steps up to the diverging one are traced, as under MPI
                 self._record_steps(epoch, losses[:-done - 1])
                 return False
@@ -339,13 +343,8 @@ class Run:
         m, n, b, d, local = self.m, self.n, self.b, self.d, self.local
         # The whole epoch is one jitted call (engine.mpi_epoch): per step the update, the local
         # gradients, one Allgather from inside the jitted code and the orderer's state kernel.
-        # Everything it touches is allocated here, once per epoch. The plain update takes the
-        # gathered sums (a history of one slot); a decoded one (coef given) every partition's
-        # sums of the last s + 1 steps, kept in self.history, and the step's coefficients.
-        coded = coef is not None
-        history = self.history if coded else np.empty((1, m, d))
-        if not coded:
-            coef = np.zeros((1, 1, 1))
+        # Everything it touches is allocated here, once per epoch.
+        history, coef, coded = self._update_inputs(coef)
         gradients = self.orderer.needs_gradients
         kernel = engine.mpi_epoch(s.problem.batch_grads,
                                   self.orderer.kernel if gradients else engine.no_observer)
