@@ -119,19 +119,20 @@ def test_every_registered_orderer_has_a_reference():
 @pytest.mark.parametrize("name", [name for name in ORDERERS if orderer_class(name).needs_gradients])
 def test_state_kernel_called_directly_equals_observe(name):
     """kernel(grads, state) is what the MPI backend calls inside its jitted epoch loop: it gives
-    the orders observe() gives, returns the count observed so far, and -1 for gradients that do
-    not fit (changing nothing)."""
+    the orders observe() gives, returns the examples it took, and -1 for gradients that do not
+    fit or outside an epoch (changing nothing)."""
     m = 1 if is_centralized(name) else 2
     n, d = 6, 3
     via_observe, direct = make_orderer(name, m, n, d), make_orderer(name, m, n, d)
     for g in gradients(m, n, d, seed=3):
+        assert direct.kernel(np.zeros((m, 1, d)), direct.state) == -1, "no epoch is open"
         for o in (via_observe, direct):
             order = o.begin_epoch()
             for start, stop in ((0, 4), (4, 6)):
                 chunk = np.ascontiguousarray(np.take_along_axis(g, order[:, start:stop, None], axis=1))
                 if o is direct:
                     assert o.kernel(chunk[:, :, :-1], o.state) == -1 and o.observed == start
-                    assert o.kernel(chunk, o.state) == o.observed == stop
+                    assert o.kernel(chunk, o.state) == stop - start and o.observed == stop
                 else:
                     o.observe(chunk)
             if o is direct:

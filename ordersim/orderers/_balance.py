@@ -14,7 +14,7 @@ cost a third of the balancing at d = 128.
 import numpy as np
 from numba import njit
 
-from ordersim.orderers._state import FIRST_OWN_SLOT, N, OBSERVED, ORDER, StateBuffer, block, fits
+from ordersim.orderers._state import FIRST_OWN_SLOT, N, OBSERVED, ORDER, StateBuffer, block, fits, state_kernel
 
 SIGN_DETERMINISTIC = 0
 SIGN_WALK = 1
@@ -56,14 +56,14 @@ def dot_with_difference(s, a, b):
     return (p0 + p1) + (p2 + p3)
 
 
-@njit(cache=True)
+@state_kernel
 def mean_balance_observe(grads, state):
     """GraB's mean balance, every row on its own: v = g - mean of the previous epoch's gradients.
 
     grads (m, b, d) holds visit positions start..start+b-1 of each row. +1 examples fill row i of
     next_order from the left in arrival order, -1 examples from the right (reverse arrival order).
     The extra arrays are the previous epoch's means and this epoch's sums, (m, d) each.
-    Returns the examples observed so far, or -1 if grads do not fit (nothing is changed then).
+    Returns b, or -1 if grads do not fit (nothing is changed then).
     """
     if not fits(grads, state):
         return -1
@@ -97,7 +97,7 @@ def mean_balance_observe(grads, state):
                 next_order[i * n + right[i]] = order[i * n + t]
                 right[i] -= 1
     state[OBSERVED] = start + b
-    return start + b
+    return b
 
 
 @njit(inline="always")
@@ -113,7 +113,7 @@ def balance_difference(row, peak, first, second, mode, tie_plus, walk_c, u):
     return eps, mode == SIGN_WALK and abs(dot) > walk_c
 
 
-@njit(cache=True)
+@state_kernel
 def pair_balance_observe(grads, state):
     """PairBalance: consecutive visit positions (2k, 2k+1) form a pair, v = g_first - g_second.
 
@@ -122,8 +122,7 @@ def pair_balance_observe(grads, state):
     a shared row the walk is the coordinated one of CD-GraB. When a pair's first gradient is the
     last of a call, the extra (m, d) array keeps a copy of it: the caller may overwrite its buffer
     before the partner arrives. With n odd the last example has no partner and takes the one free
-    slot (left == right). Returns the examples observed so far, or -1 if grads do not fit (nothing
-    is changed then).
+    slot (left == right). Returns b, or -1 if grads do not fit (nothing is changed then).
     """
     if not fits(grads, state):
         return -1
@@ -168,7 +167,7 @@ def pair_balance_observe(grads, state):
             left[i] += 1
             right[i] -= 1
     state[OBSERVED] = start + b
-    return start + b
+    return b
 
 
 class BalancingState(StateBuffer):

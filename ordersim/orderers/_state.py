@@ -7,22 +7,27 @@ Numba's dispatch costs about 50 ns per argument: with the fifteen separate array
 balancing kernels used to take, dispatch cost more than the balancing itself when a call carries
 one example.
 
-The buffer starts with a header: the sizes, the examples observed so far in the epoch and, in the
-slots an orderer names, its options and where each of its arrays starts. Python sees the arrays
+The buffer starts with a header: the sizes, whether an epoch is open, the examples observed so far
+in it and, in the slots an orderer names, its options and where each of its arrays starts. Python sees the arrays
 as named numpy views; kernels as 1-d slices indexed by row (row i of an (m, n) array is
-[i n, (i + 1) n)). A kernel returns the examples observed so far, or -1 when grads do not fit
-(wrong m or d, or more examples than the epoch has left), changing nothing; observe() then names
-the problem.
+[i n, (i + 1) n)). A kernel returns b, the examples per row it took, or -1 when grads do not fit
+(no open epoch, wrong m or d, or more examples than the epoch has left), changing nothing;
+observe() then names the problem.
 """
 
 import numpy as np
-from numba import njit
+from numba import config, njit
 
-FLOAT64 = np.dtype(np.float64)
+# Explicit signatures: a kernel admits only 3-d float64 gradients (C-contiguous or strided) and an
+# int64 state, so anything else raises TypeError at dispatch instead of compiling a new version,
+# and observe() needs no Python-level checks on its fast path.
+state_kernel = njit(["int64(float64[:, :, ::1], int64[::1])", "int64(float64[:, :, :], int64[::1])"],
+                    cache=True)
+JITTED = not config.DISABLE_JIT
 
 # Header slots every state buffer has; an orderer's own slots follow from FIRST_OWN_SLOT on.
-M, N, D, OBSERVED, ORDER = range(5)  # ORDER: where the epoch's (m, n) visit order starts
-FIRST_OWN_SLOT = 5
+M, N, D, IN_EPOCH, OBSERVED, ORDER = range(6)  # ORDER: where the epoch's (m, n) order starts
+FIRST_OWN_SLOT = 6
 
 
 @njit(inline="always")
@@ -35,10 +40,10 @@ def block(buffer, slot, state, length):
 
 @njit(inline="always")
 def fits(grads, state):
-    """grads is (m, b, d) with 1 <= b <= the examples left in the epoch."""
+    """An epoch is open and grads is (m, b, d) with 1 <= b <= the examples left in it."""
     b = grads.shape[1]
-    return (grads.shape[0] == state[M] and grads.shape[2] == state[D] and b >= 1
-            and state[OBSERVED] + b <= state[N])
+    return (state[IN_EPOCH] != 0 and grads.shape[0] == state[M] and grads.shape[2] == state[D]
+            and b >= 1 and state[OBSERVED] + b <= state[N])
 
 
 class StateBuffer:
@@ -87,6 +92,14 @@ class StateBuffer:
         self.epoch_order[...] = self.order
 
     @property
+    def in_epoch(self) -> bool:
+        return bool(self.state[IN_EPOCH])
+
+    @in_epoch.setter
+    def in_epoch(self, value: bool) -> None:
+        self.state[IN_EPOCH] = value
+
+    @property
     def observed(self) -> int:
         """Examples of every row observed in the current epoch (kept by the kernel)."""
         return int(self.state[OBSERVED])
@@ -96,10 +109,13 @@ class StateBuffer:
         self.state[OBSERVED] = value
 
     def observe(self, grads: np.ndarray) -> None:
-        # The kernel checks the sizes itself; whatever it refuses, or is not a plain float64
-        # ndarray, goes through the validation that names the problem.
-        if self.in_epoch and type(grads) is np.ndarray and grads.dtype is FLOAT64 and grads.ndim == 3:
-            if self.kernel(grads, self.state) > 0:
-                return
+        # Whatever the kernel's signatures refuse (TypeError) or its size checks refuse (-1) goes
+        # through the validation that names the problem. Without JIT, validation comes first.
+        if JITTED:
+            try:
+                if self.kernel(grads, self.state) > 0:
+                    return
+            except TypeError:
+                pass
         self._check_observe(grads)
         self.kernel(np.asarray(grads), self.state)

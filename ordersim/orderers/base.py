@@ -40,7 +40,9 @@ class Orderer:
     coordinated: bool = False
     # Centralized algorithms are defined for one worker only; they name their distributed versions.
     centralized_alternatives: tuple[str, ...] = ()
-    observed: int = 0  # examples of every row observed in the current epoch (set by begin_epoch)
+    # Set by begin_epoch() and end_epoch() (StateBuffer orderers keep both in their state header).
+    in_epoch: bool = False
+    observed: int = 0  # examples of every row observed in the current epoch
 
     def __init__(
         self,
@@ -85,7 +87,6 @@ class Orderer:
         self.sign, self.tie, self.first_order = sign, tie, first_order
         self.walk_c = float(walk_c)
         self.epoch = 0  # index of the epoch that begin_epoch() starts next (or is inside)
-        self.in_epoch = False
         self.order = np.empty((self.workers, self.examples), dtype=np.int64)
         for i in range(self.workers):
             self.order[i] = self._first_row(i)

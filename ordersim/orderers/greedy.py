@@ -1,16 +1,16 @@
 import numpy as np
 from numba import njit
 
-from ordersim.orderers._state import FIRST_OWN_SLOT, N, OBSERVED, ORDER, StateBuffer, block, fits
+from ordersim.orderers._state import FIRST_OWN_SLOT, N, OBSERVED, ORDER, StateBuffer, block, fits, state_kernel
 from ordersim.orderers.base import Orderer
 
 TABLE = FIRST_OWN_SLOT  # header slot: where the (m, n, d) gradient table starts
 
 
-@njit(cache=True)
+@state_kernel
 def store_by_example(grads, state):
     """table[i, e] = gradient of worker i's local example e, for the b examples just visited.
-    Returns the examples observed so far, or -1 if grads do not fit."""
+    Returns b, or -1 if grads do not fit."""
     if not fits(grads, state):
         return -1
     m, b, d = grads.shape
@@ -23,7 +23,7 @@ def store_by_example(grads, state):
             for k in range(d):
                 table[(i * n + e) * d + k] = grads[i, j, k]
     state[OBSERVED] = start + b
-    return start + b
+    return b
 
 
 @njit(cache=True)
