@@ -351,29 +351,24 @@ class Run:
         state = self.orderer.state if gradients else np.zeros(1, dtype=np.int64)
         grads = np.empty((local, b, d))
         gathered = np.empty((m, b, d) if self.coordinated else (1, 1, 1))
-        every = config.trace_every
-        trace_loss = np.full(self.steps_per_epoch, np.nan)
+        trace_loss = np.full(self.steps_per_epoch, np.nan)  # filled every trace_every steps
         timers = np.zeros(3)
-        first_step = self.step
         done = kernel(self.x, self.velocity, lr, config.momentum, config.weight_decay, s.A, s.y,
                       s.problem.params, order, n, b, self.idx, grads, np.empty((local, d)),
-                      np.empty((local, 1)), history, coef, coded, first_step, self.coordinated,
-                      gathered, np.empty((m, 1)), every, trace_loss, state,
+                      np.empty((local, 1)), history, coef, coded, self.step, self.coordinated,
+                      gathered, np.empty((m, 1)), config.trace_every, trace_loss, state,
                       s.backend.comm_handle, timers)
-        steps = done if done >= 0 else -done - 1
-        for k in range(steps):
-            if every and (first_step + k) % every == 0:
-                self.trace_steps.append((epoch, first_step + k, float(trace_loss[k])))
-        self.step += steps
+        self._record_steps(epoch, trace_loss[:done if done >= 0 else -done - 1])
         for key, seconds in zip(("compute_time", "comm_time", "order_time"), timers):
             self.timers[key] += seconds
         return done >= 0
 
     def _record_steps(self, epoch, losses):
+        """Trace every trace_every-th global step of these (losses: one per step) and count them."""
         every = self.setup.config.trace_every
-        for k, loss in enumerate(losses):
-            if every and (self.step + k) % every == 0:
-                self.trace_steps.append((epoch, self.step + k, float(loss)))
+        if every:
+            for k in range(-self.step % every, len(losses), every):
+                self.trace_steps.append((epoch, self.step + k, float(losses[k])))
         self.step += len(losses)
 
     # -- measurement ------------------------------------------------------------------------------

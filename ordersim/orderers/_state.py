@@ -7,10 +7,10 @@ Numba's dispatch costs about 50 ns per argument: with the fifteen separate array
 balancing kernels used to take, dispatch cost more than the balancing itself when a call carries
 one example.
 
-The buffer starts with a header: the sizes, whether an epoch is open, the examples observed so far
-in it and, in the slots an orderer names, its options and where each of its arrays starts. Python sees the arrays
-as named numpy views; kernels as 1-d slices indexed by row (row i of an (m, n) array is
-[i n, (i + 1) n)). A kernel returns b, the examples per row it took, or -1 when grads do not fit
+The buffer starts with a header: the sizes, whether an epoch is open, the examples observed so
+far in it and, in the slots an orderer names, its options and where each of its arrays starts.
+Python sees the arrays as named numpy views; kernels as 1-d slices indexed by row (row i of an
+(m, n) array is [i n, (i + 1) n)). A kernel returns b, the examples per row it took, or -1 when grads do not fit
 (no open epoch, wrong m or d, or more examples than the epoch has left), changing nothing;
 observe() then names the problem.
 """
@@ -47,7 +47,7 @@ def fits(grads, state):
 
 
 class StateBuffer:
-    """Mixin for Orderer subclasses whose ``kernel`` (a jitted (grads, state) -> observed count)
+    """Mixin for Orderer subclasses whose ``kernel`` (a ``state_kernel``: (grads, state) -> b or -1)
     does all per-example work. They describe their arrays in ``_state_layout`` and call
     ``_allocate_state`` from ``_setup``; every array is then an attribute (a view of the buffer)."""
 
