@@ -19,9 +19,12 @@ def worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx,
     for r in range(count):
         idx[r] = base + order[row, pos + r]
     loss = batch_grads(x, A, y, idx[:count], params, grads[:count])
-    grad_sum[:] = 0.0
-    for r in range(count):
-        for k in range(grad_sum.shape[0]):
+    # the sum from 0.0 in visit order; its first term written in the same pass as the zeroing
+    d = grad_sum.shape[0]
+    for k in range(d):
+        grad_sum[k] = 0.0 + grads[0, k]
+    for r in range(1, count):
+        for k in range(d):
             grad_sum[k] += grads[r, k]
     return loss
 
