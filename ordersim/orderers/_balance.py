@@ -14,7 +14,8 @@ cost a third of the balancing at d = 128.
 import numpy as np
 from numba import njit
 
-from ordersim.orderers._state import FIRST_OWN_SLOT, N, OBSERVED, ORDER, StateBuffer, block, fits, state_kernel
+from ordersim.orderers._state import (FIRST_OWN_SLOT, N, OBSERVED, ORDER, StateBuffer, block, fits,
+                                      state_kernel)
 
 SIGN_DETERMINISTIC = 0
 SIGN_WALK = 1

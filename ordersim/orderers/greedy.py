@@ -1,7 +1,8 @@
 import numpy as np
 from numba import njit
 
-from ordersim.orderers._state import FIRST_OWN_SLOT, N, OBSERVED, ORDER, StateBuffer, block, fits, state_kernel
+from ordersim.orderers._state import (FIRST_OWN_SLOT, N, OBSERVED, ORDER, StateBuffer, block, fits,
+                                      state_kernel)
 from ordersim.orderers.base import Orderer
 
 TABLE = FIRST_OWN_SLOT  # header slot: where the (m, n, d) gradient table starts
