@@ -106,6 +106,18 @@ def apply_coded_update(x, velocity, history, coef, step, lr, momentum, weight_de
     return finite
 
 
+@njit(inline="always")
+def update_after_step(x, velocity, history, coef, row, step, count, coded, lr, momentum,
+                      weight_decay):
+    """The update that follows global step `step`, whose per-worker sums (of `count` examples
+    each) are in history[step mod slots]: with ``coded`` apply_coded_update with coefficients
+    coef[row], else apply_update along those sums (coef unused). Returns whether x is finite."""
+    if coded:
+        return apply_coded_update(x, velocity, history, coef[row], step, lr, momentum, weight_decay)
+    return apply_update(x, velocity, history[step % history.shape[0]], history.shape[1] * count,
+                        lr, momentum, weight_decay)
+
+
 @njit  # takes the problem's kernel as an argument: not cacheable (numba#2956)
 def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b, lr, momentum,
                  weight_decay, store, grads_out, idx, scratch, history, coef, coded, step,
@@ -132,11 +144,8 @@ def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b
             out = grads_out[w, done:done + count] if store else scratch
             loss += worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count, idx,
                                 out, sums[w])
-        if coded:
-            finite = apply_coded_update(x, velocity, history, coef[s], step + s, lr, momentum,
-                                        weight_decay)
-        else:
-            finite = apply_update(x, velocity, sums, m * count, lr, momentum, weight_decay)
+        finite = update_after_step(x, velocity, history, coef, s, step + s, count, coded, lr,
+                                   momentum, weight_decay)
         step_losses[s] = loss / (m * count)
         if not finite:
             return -s - 2
@@ -196,12 +205,8 @@ def mpi_epoch(batch_grads, observe):
             step = first_step + k
             t0 = wtime()
             if k > 0:
-                if coded:
-                    finite = apply_coded_update(x, velocity, history, coef[k - 1], step - 1, lr,
-                                                momentum, weight_decay)
-                else:
-                    finite = apply_update(x, velocity, history[0], m * last_count, lr, momentum,
-                                          weight_decay)
+                finite = update_after_step(x, velocity, history, coef, k - 1, step - 1,
+                                           last_count, coded, lr, momentum, weight_decay)
                 if not finite:
                     break
             for w in range(local):
@@ -241,12 +246,8 @@ def mpi_epoch(batch_grads, observe):
             k += 1
         if finite and k > 0:
             t0 = wtime()
-            if coded:
-                finite = apply_coded_update(x, velocity, history, coef[k - 1], first_step + k - 1,
-                                            lr, momentum, weight_decay)
-            else:
-                finite = apply_update(x, velocity, history[0], m * last_count, lr, momentum,
-                                      weight_decay)
+            finite = update_after_step(x, velocity, history, coef, k - 1, first_step + k - 1,
+                                       last_count, coded, lr, momentum, weight_decay)
             compute += wtime() - t0
         timers[0] += compute
         timers[1] += communicate
