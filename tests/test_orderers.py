@@ -340,8 +340,8 @@ class GradientArray(np.ndarray):
 
 @pytest.mark.parametrize("name", ORDERERS)
 def test_layouts_subclasses_pickling_and_kept_orders(name):
-    """The same orders whatever the gradients' memory layout (strided views, an ndarray subclass),
-    after a pickle round trip mid-epoch (checkpoints pickle the orderer), and an order returned by
+    """The same orders whatever the gradients' memory layout (strided views, an ndarray subclass,
+    read-only arrays), after a pickle round trip mid-epoch (checkpoints pickle the orderer), and an order returned by
     begin_epoch() or read from ``order`` stays as it was when later epochs run."""
     m = 1 if is_centralized(name) else 3
     n, d, b = 11, 6, 3
@@ -361,6 +361,8 @@ def test_layouts_subclasses_pickling_and_kept_orders(name):
                 chunk = wide[:, :, ::2]
             elif step % 3 == 1:
                 chunk = np.asfortranarray(chunk).view(GradientArray)
+            else:  # read-only, as arrays converted from JAX are
+                chunk.setflags(write=False)
             o.observe(chunk)
             if step == 1 and epoch % 2 == 0:
                 o = pickle.loads(pickle.dumps(o))

@@ -118,4 +118,7 @@ class StateBuffer:
             except TypeError:
                 pass
         self._check_observe(grads)
-        self.kernel(np.asarray(grads), self.state)
+        grads = np.asarray(grads)
+        if not grads.flags.writeable:  # read-only (e.g. from JAX or broadcast_to): the kernels
+            grads = grads.copy()       # only read, but their signatures name writable arrays
+        self.kernel(grads, self.state)
