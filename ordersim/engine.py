@@ -8,6 +8,8 @@ worker order. That is what makes traces bitwise identical whatever the number of
 import numpy as np
 from numba import njit
 
+from ordersim.prefetch import prefetch_row
+
 
 @njit  # takes the problem's kernel as an argument: not cacheable (numba#2956)
 def worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum):
@@ -15,7 +17,11 @@ def worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx,
 
     Local example e of local row `row` is row base + e of A. Writes the per-example gradients to
     grads[:count] and their sum (in visit order) to grad_sum; returns the sum of the losses.
+    The rows of the worker's next `count` examples are prefetched first, to arrive while these
+    are computed.
     """
+    for r in range(pos + count, min(pos + 2 * count, order.shape[1])):
+        prefetch_row(A, base + order[row, r])
     for r in range(count):
         idx[r] = base + order[row, pos + r]
     loss = batch_grads(x, A, y, idx[:count], params, grads[:count])

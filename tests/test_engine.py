@@ -97,3 +97,23 @@ def test_chunked_herding_accumulation_matches_parallel_herding(b):
                                   counts[first:first + 2], mean, prefix, peaks)
     np.testing.assert_allclose(peaks[0], metrics.parallel_herding(z, orders, batch=b, norm="inf"), rtol=1e-12)
     np.testing.assert_allclose(peaks[1], metrics.parallel_herding(z, orders, batch=b, norm="2"), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype, shape", [(np.float64, (5, 128)), (np.float32, (3, 7)), (np.int64, (1, 1))])
+def test_prefetch_row_compiles_for_any_row_size_and_changes_nothing(dtype, shape):
+    """prefetch_row is a hint: it must compile for rows shorter or longer than a cache line (and
+    be a no-op without the JIT) and leave the array as it was."""
+    from numba import njit
+
+    from ordersim.prefetch import prefetch_row
+
+    @njit
+    def prefetch_all(A):
+        for i in range(A.shape[0]):
+            prefetch_row(A, i)
+        return A.sum()
+
+    A = np.arange(np.prod(shape), dtype=dtype).reshape(shape)
+    before = A.copy()
+    assert prefetch_all(A) == before.sum()
+    np.testing.assert_array_equal(A, before)

@@ -1,0 +1,41 @@
+"""Software prefetch of data rows that the next SGD step will read.
+
+A step reads one randomly placed row of A per example; once the data set is larger than the
+caches each of those reads waits on memory (~200 ns for a 1 KB row here, a third of a logistic
+regression step at d = 128). The order is known one step ahead, so the step loop asks the CPU to
+start fetching the next step's rows (LLVM's ``llvm.prefetch``: a hint, never a fault, no effect
+on any result) while it computes the current one.
+"""
+
+from llvmlite import ir
+from numba import config, njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+CACHE_LINE = 64  # bytes; a longer line only means some hints are redundant
+
+
+@intrinsic
+def _prefetch(typingctx, address):
+    """Prefetch the cache line at ``address`` (an integer) for reading, into all cache levels."""
+    def codegen(context, builder, signature, args):
+        byte_pointer, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        signature_ir = ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, signature_ir, "llvm.prefetch.p0i8")
+        # rw = 0 (read), locality = 3 (keep in all levels), cache type = 1 (data)
+        builder.call(fn, [builder.inttoptr(args[0], byte_pointer), ir.Constant(i32, 0),
+                          ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.void(address), codegen
+
+
+if config.DISABLE_JIT:
+    def prefetch_row(A, i):
+        """Without the JIT nothing can be prefetched (and nothing needs to be)."""
+else:
+    @njit(inline="always")
+    def prefetch_row(A, i):
+        """Hint the CPU to fetch row i of the C-contiguous 2-d array A into the caches."""
+        start = A.ctypes.data + i * A.strides[0]
+        for offset in range(0, A.shape[1] * A.itemsize, CACHE_LINE):
+            _prefetch(start + offset)
