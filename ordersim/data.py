@@ -42,6 +42,9 @@ REMAINDERS = ("drop", "error")
 
 # stream epochs of purpose "data"
 _GENERATE, _SPLIT, _PARTITION = 0, 1, 2
+# Large arrays are generated and transformed this many rows at a time, so that loading peaks at
+# about twice the data set rather than three or four times.
+ROW_BLOCK = 4096
 
 
 @dataclass
@@ -118,7 +121,10 @@ def _synthetic(spec: str, kind: str, options: dict, rng: np.random.Generator):
     # features with covariance Q diag(s^2) Q^T, s^2 geometric from 1 down to 1/cond
     scales = np.sqrt(np.geomspace(1.0, 1.0 / o["cond"], d)) if d > 1 else np.ones(1)
     Q, _ = np.linalg.qr(rng.normal(size=(d, d)))
-    X = (rng.normal(size=(n, d)) * scales) @ Q.T
+    X = np.empty((n, d))
+    for lo in range(0, n, ROW_BLOCK):  # in row blocks: no temporaries the size of X
+        rows = min(ROW_BLOCK, n - lo)
+        np.matmul(rng.normal(size=(rows, d)) * scales, Q.T, out=X[lo:lo + rows])
     if kind == "regression":
         x_true = rng.normal(size=d)  # planted coefficients, N(0, 1) each
         y = X @ x_true + o["noise"] * rng.normal(size=n)
@@ -388,7 +394,7 @@ def load_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
     _validate(where, X, y, lines)
     y, classes, label_map = _convert_labels(where, y, label_kind, task)
 
-    N = X.shape[0]
+    N, raw_features = X.shape
     n_test = int(round(test_fraction * N))
     if test_fraction > 0 and not 1 <= n_test <= N - 2:
         raise ValueError(f"test_fraction={test_fraction} leaves {N - n_test} training and {n_test} test examples "
@@ -399,10 +405,11 @@ def load_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
         X_train, y_train, X_test, y_test = X[train_idx], y[train_idx], X[test_idx], y[test_idx]
     else:
         X_train, y_train, X_test, y_test = X, y, None, None
+    del X  # from here on only the split parts are kept
 
     info = {"source": spec, "kind": source, "standardized": bool(standardize), "intercept": bool(intercept),
             "test_fraction": float(test_fraction), "seed": int(seed), "label_kind": label_kind,
-            "n_train": int(X_train.shape[0]), "n_test": int(n_test), "raw_features": int(X.shape[1])}
+            "n_train": int(X_train.shape[0]), "n_test": int(n_test), "raw_features": int(raw_features)}
     if label_map is not None:
         info["label_map"] = label_map
     if "feature_names" in extra and extra["feature_names"] is not None:
@@ -412,19 +419,15 @@ def load_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
     if source == "synthetic":
         info["synthetic"] = extra["options"]
 
-    mean = np.zeros(X.shape[1])
-    scale = np.ones(X.shape[1])
+    mean = np.zeros(raw_features)
+    scale = np.ones(raw_features)
     if standardize:
-        mean = X_train.mean(axis=0)
-        std = X_train.std(axis=0)
+        mean, std = _column_mean_std(X_train)
         scale = np.where(std > 0, std, 1.0)  # constant columns are centered only
-        X_train = (X_train - mean) / scale
+    if standardize or intercept:
+        X_train = _transformed(X_train, mean, scale, intercept)
         if X_test is not None:
-            X_test = (X_test - mean) / scale
-    if intercept:
-        X_train = np.hstack([X_train, np.ones((X_train.shape[0], 1))])
-        if X_test is not None:
-            X_test = np.hstack([X_test, np.ones((X_test.shape[0], 1))])
+            X_test = _transformed(X_test, mean, scale, intercept)
     if "x_planted" in extra and (intercept or not standardize):
         # X x = Xs (scale * x) + mean^T x: the planted solution in the transformed coordinates
         planted = extra["x_planted"] * scale
@@ -437,6 +440,29 @@ def load_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
 
     return Dataset(name=spec, X=c64(X_train), y=c64(y_train), X_test=c64(X_test), y_test=c64(y_test),
                    classes=int(classes), info=info)
+
+
+def _column_mean_std(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column mean and (population) standard deviation, the deviations summed in row blocks."""
+    mean = X.mean(axis=0)
+    squares = np.zeros(X.shape[1])
+    for lo in range(0, X.shape[0], ROW_BLOCK):
+        deviation = X[lo:lo + ROW_BLOCK] - mean
+        squares += np.einsum("ij,ij->j", deviation, deviation)
+    return mean, np.sqrt(squares / X.shape[0])
+
+
+def _transformed(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, intercept: bool) -> np.ndarray:
+    """(X - mean) / scale as a new C-contiguous float64 array, with a last column of ones if
+    `intercept`; written in row blocks, so the only large allocation is the result."""
+    N, p = X.shape
+    out = np.empty((N, p + int(intercept)))
+    if intercept:
+        out[:, p] = 1.0
+    for lo in range(0, N, ROW_BLOCK):
+        block = slice(lo, lo + ROW_BLOCK)
+        np.divide(np.subtract(X[block], mean), scale, out=out[block, :p])
+    return out
 
 
 # -- partition --------------------------------------------------------------------------------------

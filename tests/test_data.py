@@ -37,6 +37,32 @@ def test_synthetic_planted_solution_follows_standardization():
     assert "x_planted" not in load_dataset("synthetic:regression?n=50&d=4", intercept=False).info
 
 
+def test_block_wise_loading_matches_whole_array_numpy(monkeypatch):
+    """Generation, standardization and the intercept column run in row blocks (to bound memory);
+    with blocks smaller than the data they must give what the whole-array formulas give."""
+    from ordersim import data as data_module
+    from ordersim.streams import stream
+
+    spec = "synthetic:regression?n=1000&d=5&cond=10"
+    whole = load_dataset(spec, test_fraction=0.1, seed=2)
+    monkeypatch.setattr(data_module, "ROW_BLOCK", 64)
+    blocks = load_dataset(spec, test_fraction=0.1, seed=2)
+    np.testing.assert_allclose(blocks.X, whole.X, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(blocks.X_test, whole.X_test, rtol=1e-12, atol=1e-12)
+    # the reference: the raw features drawn as one array, then the textbook transformation
+    rng = stream(2, "data", 0, 0)
+    scales = np.sqrt(np.geomspace(1.0, 0.1, 5))
+    Q, _ = np.linalg.qr(rng.normal(size=(5, 5)))
+    raw = (rng.normal(size=(1000, 5)) * scales) @ Q.T
+    np.testing.assert_allclose(load_dataset(spec, standardize=False, intercept=False, seed=2).X, raw,
+                               rtol=1e-12, atol=1e-12)
+    perm = stream(2, "data", 0, 1).permutation(1000)
+    train = raw[np.sort(perm[100:])]
+    expected = np.hstack([(train - train.mean(axis=0)) / train.std(axis=0), np.ones((900, 1))])
+    np.testing.assert_allclose(blocks.X, expected, rtol=1e-12, atol=1e-12)
+    assert blocks.X.flags.c_contiguous and blocks.X_test.flags.c_contiguous
+
+
 def test_synthetic_classification_separability():
     sep = load_dataset("synthetic:classification?n=3000&d=5&sep=inf&classes=3", label_kind="multiclass")
     noisy = load_dataset("synthetic:classification?n=3000&d=5&sep=0.1&classes=3", label_kind="multiclass")
