@@ -63,6 +63,15 @@ def _check(problem, data, shards) -> np.ndarray:
     return np.ascontiguousarray(shards, dtype=np.int64)
 
 
+def rows_of(A: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """A[idx]: a view when idx is 0, 1, ..., k-1 (a contiguous partition with nothing or the last
+    rows dropped: no copy of the data set), else a copy."""
+    k = idx.size
+    if k <= A.shape[0] and (k == 0 or (idx[0] == 0 and idx[-1] == k - 1 and np.array_equal(idx, np.arange(k)))):
+        return A[:k]
+    return A[idx]
+
+
 def minimize(problem, A: np.ndarray, y: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, float, float]:
     """(x*, f*, final gradient norm relative to ||grad f(0)||) of the mean of f_i over idx."""
     from scipy.optimize import minimize as scipy_minimize
@@ -80,7 +89,7 @@ def minimize(problem, A: np.ndarray, y: np.ndarray, idx: np.ndarray) -> tuple[np
     g0n = float(np.linalg.norm(g0))
     if g0n == 0.0:
         return x0, fg(x0)[0], 0.0
-    Asub, ysub = A[idx], y[idx]
+    Asub, ysub = rows_of(A, idx), rows_of(y, idx)
     x = problem.solve_exact(Asub, ysub)
     if x is None:
         res = scipy_minimize(fg, x0, jac=True, method="L-BFGS-B",
@@ -120,7 +129,7 @@ def minimize(problem, A: np.ndarray, y: np.ndarray, idx: np.ndarray) -> tuple[np
 def compute_constants(problem, X: np.ndarray, y: np.ndarray, shards: np.ndarray) -> dict:
     """The constants without any cache (see the module docstring)."""
     idx = np.ascontiguousarray(shards.ravel(), dtype=np.int64)
-    L, L_max, mu = (float(v) for v in problem.smoothness(X[idx]))
+    L, L_max, mu = (float(v) for v in problem.smoothness(rows_of(X, idx)))
     out = {"x_star": None, "f_star": math.nan, "L": L, "L_max": L_max, "mu": mu,
            "sigma2_star": math.nan, "zeta2_star": math.nan}
     if not problem.convex:

@@ -145,3 +145,26 @@ def test_bad_inputs():
         problem_constants(make_problem("softmax", 3, 3), data, shards, cache_dir=False)
     with pytest.raises(ValueError, match=r"shards hold example indices outside 0..149"):
         problem_constants(make_problem("softmax", data.features, 3), data, shards + 100, cache_dir=False)
+
+
+def test_rows_of_avoids_copying_the_data_set_for_in_order_indices():
+    A = np.arange(40.0).reshape(10, 4)
+    for idx in (np.arange(10), np.arange(7), np.array([3, 1, 2]), np.array([0, 1, 3]), np.arange(0)):
+        rows = constants.rows_of(A, idx)
+        np.testing.assert_array_equal(rows, A[idx])
+        in_order = idx.size == 0 or np.array_equal(idx, np.arange(idx.size))
+        assert np.shares_memory(rows, A) == (in_order and idx.size > 0)
+
+
+def test_constants_are_the_same_whether_rows_are_viewed_or_copied():
+    """The view taken for a contiguous partition must give bitwise the constants of a copy."""
+    data = load_dataset("synthetic:classification?n=403&d=5", label_kind="binary")
+    problem = make_problem("logistic", features=data.features, classes=data.classes)
+    shards, dropped = partition(data.y, workers=4)  # rows 0..399 in order: a view
+    assert dropped == 3
+    viewed = constants.compute_constants(problem, data.X, data.y, shards)
+    # the same rows, reached through a permutation of a copy: the copying path
+    perm = np.arange(data.X.shape[0])[::-1].copy()
+    copied = constants.compute_constants(problem, data.X[perm], data.y[perm], perm[shards])
+    for key, value in viewed.items():
+        np.testing.assert_array_equal(copied[key], value, err_msg=key)
