@@ -466,7 +466,7 @@ def _transformed(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, intercept: 
 
 
 # -- partition --------------------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _dirichlet_fill(q, pools, starts, counts, n, u):
     """Slot by slot, worker by worker: worker w draws a class from q[w] restricted to the classes with
     examples left (uniform over those if q[w] puts no mass there) and takes the next example of it."""

@@ -11,7 +11,7 @@ from numba import njit
 from ordersim.prefetch import prefetch_row
 
 
-@njit  # takes the problem's kernel as an argument: not cacheable (numba#2956)
+@njit(error_model="numpy", _nrt=False)  # takes the problem's kernel as an argument: not cacheable (numba#2956)
 def worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum):
     """Gradients of one worker's next `count` examples (visit positions pos..pos+count-1).
 
@@ -35,16 +35,17 @@ def worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx,
     return loss
 
 
-@njit(cache=True)
-def apply_update(x, velocity, worker_sums, count, lr, momentum, weight_decay):
+@njit(cache=True, error_model="numpy")
+def apply_update(x, velocity, worker_sums, count, lr, momentum, weight_decay, total):
     """x -= lr * v with v = momentum v + g, g = (sum over workers in worker order) / count + wd x.
 
     Returns whether every entry of x is still finite (the divergence check, at no extra pass).
     Every entry sees the same operations in the same order as a plain loop over k with the workers
-    added inside; the loops are only arranged so that LLVM can vectorize them over k.
+    added inside; the loops are only arranged so that LLVM can vectorize them over k. total (d,)
+    is scratch for the sum (the step loops allocate nothing).
     """
     m, d = worker_sums.shape
-    total = np.zeros(d)
+    total[:] = 0.0
     for w in range(m):
         for k in range(d):
             total[k] += worker_sums[w, k]
@@ -59,7 +60,7 @@ def apply_update(x, velocity, worker_sums, count, lr, momentum, weight_decay):
     return finite
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def row_sums(grads, out):
     """out[w] = sum of grads[w, r] over r in visit order (the same sum worker_step computes)."""
     m, count, d = grads.shape
@@ -70,7 +71,7 @@ def row_sums(grads, out):
                 out[w, k] += grads[w, r, k]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def sum_in_worker_order(worker_values):
     """Column sums of (m, k) values, adding rows in worker order."""
     m, k = worker_values.shape
@@ -81,8 +82,8 @@ def sum_in_worker_order(worker_values):
     return total
 
 
-@njit(cache=True)
-def apply_coded_update(x, velocity, history, coef, step, lr, momentum, weight_decay):
+@njit(cache=True, error_model="numpy")
+def apply_coded_update(x, velocity, history, coef, step, lr, momentum, weight_decay, total):
     """The update of a decoded scheme (ignore-stragglers, pipelined GC) at global step `step`.
 
     history (s+1, k, d): partition j's gradient sum of step u is history[u mod (s+1), j];
@@ -90,10 +91,10 @@ def apply_coded_update(x, velocity, history, coef, step, lr, momentum, weight_de
     weights already divided by k times the examples per partition). g = Σ_j Σ_age coef[j, age] ·
     history[(step − age) mod (s+1), j], partitions in order, ages in order inside, zero
     coefficients skipped; then weight decay, momentum and the step as in apply_update. Returns
-    whether x is still finite.
+    whether x is still finite. total (d,): scratch, as in apply_update.
     """
     slots, k, d = history.shape
-    total = np.zeros(d)
+    total[:] = 0.0
     for j in range(k):
         for age in range(slots):
             c = coef[j, age]
@@ -112,21 +113,22 @@ def apply_coded_update(x, velocity, history, coef, step, lr, momentum, weight_de
     return finite
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def update_after_step(x, velocity, history, coef, row, step, count, coded, lr, momentum,
-                      weight_decay):
+                      weight_decay, total):
     """The update that follows global step `step`, whose per-worker sums (of `count` examples
     each) are in history[step mod slots]: with ``coded`` apply_coded_update with coefficients
     coef[row], else apply_update along those sums (coef unused). Returns whether x is finite."""
     if coded:
-        return apply_coded_update(x, velocity, history, coef[row], step, lr, momentum, weight_decay)
+        return apply_coded_update(x, velocity, history, coef[row], step, lr, momentum, weight_decay,
+                                  total)
     return apply_update(x, velocity, history[step % history.shape[0]], history.shape[1] * count,
-                        lr, momentum, weight_decay)
+                        lr, momentum, weight_decay, total)
 
 
-@njit  # takes the problem's kernel as an argument: not cacheable (numba#2956)
+@njit(error_model="numpy", _nrt=False)  # takes the problem's kernel as an argument: not cacheable (numba#2956)
 def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b, lr, momentum,
-                 weight_decay, store, grads_out, idx, scratch, history, coef, coded, step,
+                 weight_decay, store, grads_out, idx, scratch, total, history, coef, coded, step,
                  step_losses):
     """`steps` synchronous steps of all m workers inside one jitted call (the serial fast path).
 
@@ -134,9 +136,14 @@ def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b
     apply_update along it (plain: a history of one slot), or with ``coded`` apply_coded_update with
     coef[s] (coef: this chunk's (steps, k, s+1) coefficients); ``step`` is the global index of the
     chunk's first step. With store, worker w's per-example gradients go to grads_out[w, :] in visit
-    order, for the orderer to observe afterwards. Returns the number of examples per worker done,
-    or, when the model stopped being finite (divergence), -1 - the steps done including the
-    diverging one (the MPI epoch loop's count).
+    order, for the orderer to observe afterwards; else into scratch (b, d). total (d,): the
+    update's scratch. Returns the number of examples per worker done, or, when the model stopped
+    being finite (divergence), -1 - the steps done including the diverging one (the MPI epoch
+    loop's count).
+
+    Compiled without Numba's reference counting (_nrt=False; it allocates nothing): the views
+    taken per worker and step would otherwise each cost two atomic operations, which wait for the
+    step's outstanding memory loads (a third of rr's epoch time at N = 200 000, d = 128).
     """
     m = order.shape[0]
     slots = history.shape[0]
@@ -151,7 +158,7 @@ def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b
             loss += worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count, idx,
                                 out, sums[w])
         finite = update_after_step(x, velocity, history, coef, s, step + s, count, coded, lr,
-                                   momentum, weight_decay)
+                                   momentum, weight_decay, total)
         step_losses[s] = loss / (m * count)
         if not finite:
             return -s - 2
@@ -160,7 +167,21 @@ def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b
     return done
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
+def pack_rows(grads, count):
+    """Move grads[:, :count] (m, b, d) to the front of grads' memory, as a C-contiguous
+    (m, count, d) array would lie there; each row moves to an earlier or the same place, so none
+    is overwritten before it moves."""
+    m, b, d = grads.shape
+    flat = grads.reshape(-1)
+    for w in range(m):
+        for r in range(count):
+            source, target = (w * b + r) * d, (w * count + r) * d
+            for k in range(d):
+                flat[target + k] = flat[source + k]
+
+
+@njit(cache=True, error_model="numpy")
 def no_observer(grads, state):
     """The observe kernel of orderers that need no gradients (rr, so, ...): nothing to do."""
     return 0
@@ -174,7 +195,7 @@ def mpi_epoch(batch_grads, observe):
     function, compiled once per (problem kernel, orderer kernel) pair:
 
         steps = epoch(x, velocity, lr, momentum, weight_decay, A, y, params, order, n, b, idx,
-                      grads, local_sums, local_loss, history, coef, coded, first_step,
+                      grads, local_sums, local_loss, total, history, coef, coded, first_step,
                       coordinated, gathered, all_loss, trace_every, trace_loss, state, comm,
                       timers)
 
@@ -185,7 +206,8 @@ def mpi_epoch(batch_grads, observe):
     ``trace_every`` steps one more of the losses into ``trace_loss[k]``; then
     observe(gradients, state) on the local rows, or all of them when coordinated. The last
     update follows the loop. Returns the steps done, or -(steps done) - 1 when x stopped being
-    finite. timers (3,) accumulates compute, communication and ordering seconds (MPI_Wtime).
+    finite. timers (3,) accumulates compute, communication and ordering seconds (MPI_Wtime);
+    total (d,) is the update's scratch.
 
     The operations are the serial backend's, in the same order (worker_step, row_sums,
     apply_update), so the traces are bitwise the serial ones. Python-level calls per step cost
@@ -197,10 +219,10 @@ def mpi_epoch(batch_grads, observe):
         return kernel
     from ordersim.jit_mpi import allgather, wtime
 
-    @njit
+    @njit(error_model="numpy", _nrt=False)  # no reference counting: see serial_steps
     def kernel(x, velocity, lr, momentum, weight_decay, A, y, params, order, n, b, idx, grads,
-               local_sums, local_loss, history, coef, coded, first_step, coordinated, gathered,
-               all_loss, trace_every, trace_loss, state, comm, timers):
+               local_sums, local_loss, total, history, coef, coded, first_step, coordinated,
+               gathered, all_loss, trace_every, trace_loss, state, comm, timers):
         local, d = grads.shape[0], grads.shape[2]
         slots, m = history.shape[0], history.shape[1]
         pos = k = last_count = 0
@@ -212,7 +234,7 @@ def mpi_epoch(batch_grads, observe):
             t0 = wtime()
             if k > 0:
                 finite = update_after_step(x, velocity, history, coef, k - 1, step - 1,
-                                           last_count, coded, lr, momentum, weight_decay)
+                                           last_count, coded, lr, momentum, weight_decay, total)
                 if not finite:
                     break
             for w in range(local):
@@ -227,8 +249,10 @@ def mpi_epoch(batch_grads, observe):
                     t2 = wtime()
                     observe(gathered, state)
                 else:  # the short last step: contiguous (·, count, d) buffers
-                    short = gathered.ravel()[:m * count * d].reshape((m, count, d))
-                    allgather(np.ascontiguousarray(grads[:, :count]), short, comm)
+                    pack_rows(grads, count)
+                    packed = grads.reshape(-1)[:local * count * d].reshape((local, count, d))
+                    short = gathered.reshape(-1)[:m * count * d].reshape((m, count, d))
+                    allgather(packed, short, comm)
                     row_sums(short, sums)
                     t2 = wtime()
                     observe(short, state)
@@ -242,7 +266,10 @@ def mpi_epoch(batch_grads, observe):
             t3 = wtime()
             if trace_every > 0 and step % trace_every == 0:
                 allgather(local_loss, all_loss, comm)
-                trace_loss[k] = sum_in_worker_order(all_loss)[0] / (m * count)
+                step_loss = 0.0
+                for w in range(m):  # in worker order, as sum_in_worker_order
+                    step_loss += all_loss[w, 0]
+                trace_loss[k] = step_loss / (m * count)
             t4 = wtime()
             compute += t1 - t0
             communicate += (t2 - t1) + (t4 - t3)
@@ -253,7 +280,7 @@ def mpi_epoch(batch_grads, observe):
         if finite and k > 0:
             t0 = wtime()
             finite = update_after_step(x, velocity, history, coef, k - 1, first_step + k - 1,
-                                       last_count, coded, lr, momentum, weight_decay)
+                                       last_count, coded, lr, momentum, weight_decay, total)
             compute += wtime() - t0
         timers[0] += compute
         timers[1] += communicate
@@ -264,7 +291,7 @@ def mpi_epoch(batch_grads, observe):
     return kernel
 
 
-@njit  # takes the problem's kernel as an argument: not cacheable (numba#2956)
+@njit(error_model="numpy")  # takes the problem's kernel as an argument: not cacheable (numba#2956)
 def step_sums_of_order(batch_grads, x, A, y, params, order, row, base, first_step, steps, b, n,
                        idx, scratch, out):
     """Sums of one worker's per-example gradients at x over each of `steps` steps of its order."""
@@ -274,7 +301,7 @@ def step_sums_of_order(batch_grads, x, A, y, params, order, row, base, first_ste
         worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx, scratch, out[s])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def accumulate_herding(gathered, step_counts, mean, prefix, peaks):
     """Advance the parallel-herding prefix over a chunk of steps.
 

@@ -29,7 +29,7 @@ GREEDY_MAX_EXAMPLES = 5000  # greedy costs O(n^2 d) per round and worker
 CHUNK_ELEMENTS = 1 << 20  # float64 elements per observe() chunk (8 MB)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def gather_visits(z, order, start, out):
     """out[i, j] = z[i, order[i, start + j]]: the next b vectors of every row, in visit order."""
     m, b, d = out.shape

@@ -40,7 +40,7 @@ def comm_handle(comm) -> int:
     return _handle(comm, MPI.Comm)
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def allgather(send, recv, comm):
     """MPI_Allgather of C-contiguous float64 arrays: every rank's ``send`` in rank order into
     ``recv`` (size ranks x send.size). Returns the MPI error code (0: success)."""

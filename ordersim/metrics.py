@@ -24,7 +24,7 @@ _NORM_CODES = {"inf": 0, "2": 1}
 
 
 # -- kernels -----------------------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _norm(s, norm_code):
     d = s.shape[0]
     if norm_code == 0:
@@ -40,7 +40,7 @@ def _norm(s, norm_code):
     return math.sqrt(total)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _first_non_permutation(orders):
     """(row, position) of the first entry that breaks row being a permutation of 0..n-1, else (-1, -1)."""
     m, n = orders.shape
@@ -55,7 +55,7 @@ def _first_non_permutation(orders):
     return -1, -1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _herding_kernel(z, order, norm_code):
     n, d = z.shape
     mean = np.zeros(d)
@@ -76,7 +76,7 @@ def _herding_kernel(z, order, norm_code):
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _parallel_herding_kernel(z, orders, batch, norm_code, interleaved):
     m, n, d = z.shape
     mean = np.zeros(d)
@@ -106,7 +106,7 @@ def _parallel_herding_kernel(z, orders, batch, norm_code, interleaved):
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _discrepancy_kernel(vectors, signs):
     T, d = vectors.shape
     s = np.zeros(d)

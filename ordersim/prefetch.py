@@ -33,7 +33,7 @@ if config.DISABLE_JIT:
     def prefetch_row(A, i):
         """Without the JIT nothing can be prefetched (and nothing needs to be)."""
 else:
-    @njit(inline="always")
+    @njit(inline="always", error_model="numpy")
     def prefetch_row(A, i):
         """Hint the CPU to fetch row i of the C-contiguous 2-d array A into the caches."""
         start = A.ctypes.data + i * A.strides[0]

@@ -327,7 +327,8 @@ class Run:
             steps = min(chunk, -(-(n - pos) // b))
             done = self.timed("compute_time", engine.serial_steps, *common, pos, steps, b, lr,
                               config.momentum, config.weight_decay, store, grads_out, self.idx,
-                              scratch, history, coef[k:k + steps], coded, self.step, losses)
+                              scratch, np.empty(d), history, coef[k:k + steps], coded, self.step,
+                              losses)
             if done < 0:  # diverged: the steps up to the diverging one are traced, as under MPI
                 self._record_steps(epoch, losses[:-done - 1])
                 return False
@@ -355,7 +356,8 @@ class Run:
         timers = np.zeros(3)
         done = kernel(self.x, self.velocity, lr, config.momentum, config.weight_decay, s.A, s.y,
                       s.problem.params, order, n, b, self.idx, grads, np.empty((local, d)),
-                      np.empty((local, 1)), history, coef, coded, self.step, self.coordinated,
+                      np.empty((local, 1)), np.empty(d), history, coef, coded, self.step,
+                      self.coordinated,
                       gathered, np.empty((m, 1)), config.trace_every, trace_loss, state,
                       s.backend.comm_handle, timers)
         self._record_steps(epoch, trace_loss[:done if done >= 0 else -done - 1])

@@ -9,7 +9,7 @@ from numba import njit
 FAST = {"reassoc", "contract", "nsz"}
 
 
-@njit(cache=True, inline="always", fastmath=FAST)
+@njit(cache=True, inline="always", fastmath=FAST, error_model="numpy")
 def log1pexp(z):
     """log(1 + exp(z)) without overflow."""
     if z > 0.0:
@@ -17,7 +17,7 @@ def log1pexp(z):
     return math.log1p(math.exp(z))
 
 
-@njit(cache=True, inline="always", fastmath=FAST)
+@njit(cache=True, inline="always", fastmath=FAST, error_model="numpy")
 def sigmoid(z):
     if z >= 0.0:
         return 1.0 / (1.0 + math.exp(-z))
@@ -25,7 +25,7 @@ def sigmoid(z):
     return e / (1.0 + e)
 
 
-@njit(cache=True, inline="always", fastmath=FAST)
+@njit(cache=True, inline="always", fastmath=FAST, error_model="numpy")
 def half_sq_norm(x):
     s = 0.0
     for j in range(x.shape[0]):
@@ -33,7 +33,7 @@ def half_sq_norm(x):
     return 0.5 * s
 
 
-@njit(cache=True, inline="always", fastmath=FAST)
+@njit(cache=True, inline="always", fastmath=FAST, error_model="numpy")
 def row_dot(A, i, x):
     """a_i^T x, the linear models' score of example i."""
     z = 0.0

@@ -8,7 +8,7 @@ from problems._kernels import FAST, row_dot, half_sq_norm
 from problems.base import Problem, max_row_norm2, spectral_extremes
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def batch_grads(x, A, y, idx, params, out):
     lam = params[0]
     d = x.shape[0]
@@ -23,7 +23,7 @@ def batch_grads(x, A, y, idx, params, out):
     return total
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def full_grad(x, A, y, idx, params, out):
     lam = params[0]
     d = x.shape[0]
@@ -42,7 +42,7 @@ def full_grad(x, A, y, idx, params, out):
     return total / k + lam * half_sq_norm(x)
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def full_loss(x, A, y, idx, params):
     lam = params[0]
     x.shape[0]
@@ -55,7 +55,7 @@ def full_loss(x, A, y, idx, params):
     return total / k + lam * half_sq_norm(x)
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def accuracy(x, A, y, idx, params):
     return np.nan
 

@@ -13,7 +13,7 @@ from problems._kernels import FAST, row_dot, log1pexp, sigmoid
 from problems.base import Problem, max_row_norm2, spectral_extremes
 
 
-@njit(cache=True, inline="always", fastmath=FAST)
+@njit(cache=True, inline="always", fastmath=FAST, error_model="numpy")
 def reg_value(x, lam, kind):
     s = 0.0
     if kind == 0.0:
@@ -26,7 +26,7 @@ def reg_value(x, lam, kind):
     return lam * s
 
 
-@njit(cache=True, inline="always", fastmath=FAST)
+@njit(cache=True, inline="always", fastmath=FAST, error_model="numpy")
 def reg_grad(xj, lam, kind):
     if kind == 0.0:
         return lam * xj
@@ -34,7 +34,7 @@ def reg_grad(xj, lam, kind):
     return 2.0 * lam * xj / (t * t)
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def batch_grads(x, A, y, idx, params, out):
     lam = params[0]
     kind = params[1]
@@ -61,7 +61,7 @@ def batch_grads(x, A, y, idx, params, out):
     return total
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def full_grad(x, A, y, idx, params, out):
     lam = params[0]
     kind = params[1]
@@ -83,7 +83,7 @@ def full_grad(x, A, y, idx, params, out):
     return total / k + reg_value(x, lam, kind)
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def full_loss(x, A, y, idx, params):
     x.shape[0]
     k = idx.shape[0]
@@ -95,7 +95,7 @@ def full_loss(x, A, y, idx, params):
     return total / k + reg_value(x, params[0], params[1])
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def accuracy(x, A, y, idx, params):
     """Prediction sign(a^T x), with a^T x = 0 predicted as +1."""
     x.shape[0]

@@ -18,7 +18,7 @@ from problems.base import Problem, option_choice, option_float, option_int
 ACTIVATIONS = ("tanh", "softplus")
 
 
-@njit(cache=True, inline="always", fastmath=FAST)
+@njit(cache=True, inline="always", fastmath=FAST, error_model="numpy")
 def forward(x, A, i, p, H, K, act, work):
     """Fills work = [pre-activations (H), activations (H), logits (K)]; returns log-sum-exp of the logits."""
     off_b1 = H * p
@@ -49,7 +49,7 @@ def forward(x, A, i, p, H, K, act, work):
     return zmax + math.log(t)
 
 
-@njit(cache=True, inline="always", fastmath=FAST)
+@njit(cache=True, inline="always", fastmath=FAST, error_model="numpy")
 def backward(x, A, i, label, p, H, K, act, lam, lse, work, g, scale, accumulate):
     """g (+)= scale * gradient of the loss of example i (without the regularizer); uses work from forward."""
     off_b1 = H * p
@@ -98,7 +98,7 @@ def backward(x, A, i, label, p, H, K, act, lam, lse, work, g, scale, accumulate)
             g[off_b2 + k] = c + lam * x[off_b2 + k]
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def batch_grads(x, A, y, idx, params, out):
     lam = params[0]
     H = int(params[1])
@@ -117,7 +117,7 @@ def batch_grads(x, A, y, idx, params, out):
     return total
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def full_grad(x, A, y, idx, params, out):
     lam = params[0]
     H = int(params[1])
@@ -140,7 +140,7 @@ def full_grad(x, A, y, idx, params, out):
     return total / n + lam * half_sq_norm(x)
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def full_loss(x, A, y, idx, params):
     H = int(params[1])
     act = params[2]
@@ -156,7 +156,7 @@ def full_loss(x, A, y, idx, params):
     return total / n + params[0] * half_sq_norm(x)
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def accuracy(x, A, y, idx, params):
     H = int(params[1])
     act = params[2]

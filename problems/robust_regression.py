@@ -20,7 +20,7 @@ from problems.base import Problem, max_row_norm2, option_choice, option_float, s
 LOSSES = ("cauchy", "geman-mcclure", "welsch")
 
 
-@njit(cache=True, inline="always", fastmath=FAST)
+@njit(cache=True, inline="always", fastmath=FAST, error_model="numpy")
 def rho(r, c, kind):
     u = (r / c) * (r / c)
     if kind == 0.0:
@@ -30,7 +30,7 @@ def rho(r, c, kind):
     return 0.5 * c * c * (-math.expm1(-u))
 
 
-@njit(cache=True, inline="always", fastmath=FAST)
+@njit(cache=True, inline="always", fastmath=FAST, error_model="numpy")
 def psi(r, c, kind):
     u = (r / c) * (r / c)
     if kind == 0.0:
@@ -40,7 +40,7 @@ def psi(r, c, kind):
     return r * math.exp(-u)
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def batch_grads(x, A, y, idx, params, out):
     lam, c, kind = params[0], params[1], params[2]
     d = x.shape[0]
@@ -56,7 +56,7 @@ def batch_grads(x, A, y, idx, params, out):
     return total
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def full_grad(x, A, y, idx, params, out):
     lam, c, kind = params[0], params[1], params[2]
     d = x.shape[0]
@@ -76,7 +76,7 @@ def full_grad(x, A, y, idx, params, out):
     return total / k + lam * half_sq_norm(x)
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def full_loss(x, A, y, idx, params):
     lam, c, kind = params[0], params[1], params[2]
     x.shape[0]
@@ -89,7 +89,7 @@ def full_loss(x, A, y, idx, params):
     return total / k + lam * half_sq_norm(x)
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def accuracy(x, A, y, idx, params):
     return np.nan
 

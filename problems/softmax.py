@@ -14,7 +14,7 @@ from problems._kernels import FAST, half_sq_norm
 from problems.base import Problem, max_row_norm2, spectral_extremes
 
 
-@njit(cache=True, inline="always", fastmath=FAST)
+@njit(cache=True, inline="always", fastmath=FAST, error_model="numpy")
 def logits(x, A, i, p, K, z):
     """z[k] = w_k^T a_i; returns log sum_k exp(z_k)."""
     zmax = -np.inf
@@ -32,7 +32,7 @@ def logits(x, A, i, p, K, z):
     return zmax + math.log(t)
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def batch_grads(x, A, y, idx, params, out):
     lam = params[0]
     p = A.shape[1]
@@ -55,7 +55,7 @@ def batch_grads(x, A, y, idx, params, out):
     return total
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def full_grad(x, A, y, idx, params, out):
     lam = params[0]
     p = A.shape[1]
@@ -82,7 +82,7 @@ def full_grad(x, A, y, idx, params, out):
     return total / n + lam * half_sq_norm(x)
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def full_loss(x, A, y, idx, params):
     p = A.shape[1]
     K = x.shape[0] // p
@@ -96,7 +96,7 @@ def full_loss(x, A, y, idx, params):
     return total / n + params[0] * half_sq_norm(x)
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, error_model="numpy")
 def accuracy(x, A, y, idx, params):
     """argmax_k w_k^T a_i (first index on ties) against the label."""
     p = A.shape[1]

@@ -46,7 +46,7 @@ def test_serial_steps_match_numpy_sgd(b, momentum, weight_decay):
     losses = np.empty(steps)
     done = engine.serial_steps(problem.batch_grads, x, velocity, A, y, problem.params, orders,
                                N_LOCAL, 0, steps, b, 0.05, momentum, weight_decay, True, grads_out,
-                               np.empty(b, dtype=np.int64), np.empty((b, P)), np.empty((1, M, P)),
+                               np.empty(b, dtype=np.int64), np.empty((b, P)), np.empty(P), np.empty((1, M, P)),
                                np.zeros((1, 1, 1)), False, 0, losses)
     assert done == N_LOCAL
     x_ref, losses_ref, grads_ref = reference_sgd(A, y, orders, 0.1, b, 0.05, momentum, weight_decay, steps)
@@ -61,7 +61,7 @@ def test_serial_steps_report_divergence():
     x, velocity = np.zeros(P), np.zeros(P)
     done = engine.serial_steps(problem.batch_grads, x, velocity, A * 1e200, y, problem.params, orders,
                                N_LOCAL, 0, N_LOCAL, 1, 1e200, 0.0, 0.0, False, np.empty((1, 1, 1)),
-                               np.empty(1, dtype=np.int64), np.empty((1, P)), np.empty((1, M, P)),
+                               np.empty(1, dtype=np.int64), np.empty((1, P)), np.empty(P), np.empty((1, M, P)),
                                np.zeros((1, 1, 1)), False, 0, np.empty(N_LOCAL))
     assert done == -2, "the first step diverged: -1 - (steps done, the diverging one included)"
     assert not np.all(np.isfinite(x))

@@ -27,7 +27,7 @@ NEXT_ORDER, LEFT, RIGHT, WALK_FAILURES, RUNNING_SUM, PEAKS, UNIFORMS, EXTRA = ra
     FIRST_OWN_SLOT + 4, FIRST_OWN_SLOT + 12)
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def choose_sign(dot, mode, tie_plus, walk_c, u):
     if mode == SIGN_DETERMINISTIC:
         if dot < 0.0 or (dot == 0.0 and tie_plus):
@@ -37,7 +37,7 @@ def choose_sign(dot, mode, tie_plus, walk_c, u):
     return 1.0 if u < p else -1.0
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def dot_with_difference(s, a, b):
     """<s, a - b> in four interleaved partial sums added as (p0 + p1) + (p2 + p3): the same
     association for every caller and array layout (so every backend signs alike), without the
@@ -101,7 +101,7 @@ def mean_balance_observe(grads, state):
     return b
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def balance_difference(row, peak, first, second, mode, tie_plus, walk_c, u):
     """Sign of v = first - second against the running sum ``row``, then row += eps v and
     peak = max(peak, |row|). Returns eps and whether the walk failed (|<s, v>| > c)."""

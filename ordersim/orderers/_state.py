@@ -20,9 +20,11 @@ from numba import config, njit
 
 # Explicit signatures: a kernel admits only 3-d float64 gradients (C-contiguous or strided) and an
 # int64 state, so anything else raises TypeError at dispatch instead of compiling a new version,
-# and observe() needs no Python-level checks on its fast path.
+# and observe() needs no Python-level checks on its fast path. No reference counting (_nrt=False):
+# the views a kernel takes of its state per example would each cost two atomic operations, more
+# than the arithmetic; a kernel therefore allocates nothing (its arrays live in the state buffer).
 state_kernel = njit(["int64(float64[:, :, ::1], int64[::1])", "int64(float64[:, :, :], int64[::1])"],
-                    cache=True)
+                    cache=True, error_model="numpy", _nrt=False)
 JITTED = not config.DISABLE_JIT
 
 # Header slots every state buffer has; an orderer's own slots follow from FIRST_OWN_SLOT on.
@@ -30,7 +32,7 @@ M, N, D, IN_EPOCH, OBSERVED, ORDER = range(6)  # ORDER: where the epoch's (m, n)
 FIRST_OWN_SLOT = 6
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def block(buffer, slot, state, length):
     """The array that starts at state[slot], as a 1-d slice of ``buffer`` (the state or its
     float64 view)."""
@@ -38,7 +40,7 @@ def block(buffer, slot, state, length):
     return buffer[start:start + length]
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def fits(grads, state):
     """An epoch is open and grads is (m, b, d) with 1 <= b <= the examples left in it."""
     b = grads.shape[1]

@@ -27,7 +27,7 @@ def store_by_example(grads, state):
     return b
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def greedy_herding_order(z, out):
     """Greedy herding on centered vectors z (n, d): repeatedly take the unused example j that
     minimizes ||s + z_j||^2 = ||s||^2 + 2<s, z_j> + ||z_j||^2 (ties: smallest j)."""
