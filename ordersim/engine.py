@@ -6,9 +6,24 @@ worker order. That is what makes traces bitwise identical whatever the number of
 """
 
 import numpy as np
-from numba import njit
+from numba import config, njit, types
 
 from ordersim.prefetch import prefetch_row
+
+# The argument types the step loops pass to a problem's batch_grads (x, A, y, idx, params, out).
+_C1, _C2 = types.float64[::1], types.float64[:, ::1]
+STEP_KERNEL_ARGS = (_C1, _C2, _C1, types.int64[::1], _C1, _C2)
+
+
+def compile_for_steps(batch_grads) -> None:
+    """Compile a problem's batch_grads, with its own options, for the step loops' argument types.
+
+    The step loops run without reference counting (``_nrt=False``, see serial_steps), and a
+    kernel first compiled from inside one would be compiled that way too, which fails for kernels
+    that allocate (softmax, mlp, users' own). Compiled here first, the loops reuse this version.
+    """
+    if not config.DISABLE_JIT:
+        batch_grads.compile(STEP_KERNEL_ARGS)
 
 
 @njit(error_model="numpy", _nrt=False)  # takes the problem's kernel as an argument: not cacheable (numba#2956)

@@ -244,6 +244,7 @@ class Run:
         self.orderer = make_orderer(orderer_name, rows, n, d, seed, first_worker=first, **options)
         self.own_rows = slice(backend.first, backend.last) if self.coordinated else slice(None)
         self.x = problem.initial_point(stream(seed, "init"))
+        engine.compile_for_steps(problem.batch_grads)  # before the step loops use it
         self.velocity = np.zeros(d)
         self.idx = np.empty(max(b, 1), dtype=np.int64)
         self.timers = dict(compute_time=0.0, order_time=0.0, comm_time=0.0)

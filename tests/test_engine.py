@@ -117,3 +117,34 @@ def test_prefetch_row_compiles_for_any_row_size_and_changes_nothing(dtype, shape
     before = A.copy()
     assert prefetch_all(A) == before.sum()
     np.testing.assert_array_equal(A, before)
+
+
+def test_step_loops_run_a_fresh_kernel_that_allocates():
+    """The step loops are compiled without reference counting; a problem kernel that allocates
+    (softmax, mlp and users' own do) must still run in them once compile_for_steps compiled it."""
+    from numba import njit
+
+    @njit  # a fresh dispatcher: nothing compiled or cached before this test
+    def allocating_least_squares(x, A, y, idx, params, out):
+        residual = np.empty(idx.shape[0])
+        total = 0.0
+        for r in range(idx.shape[0]):
+            residual[r] = A[idx[r]] @ x - y[idx[r]]
+            total += 0.5 * residual[r] ** 2 + 0.5 * params[0] * (x @ x)
+            out[r] = residual[r] * A[idx[r]] + params[0] * x
+        return total
+
+    A, y, orders = least_squares_data()
+    problem = make_problem("least-squares", P, lam=0.1)
+    results = []
+    for kernel in (problem.batch_grads, allocating_least_squares):
+        engine.compile_for_steps(kernel)
+        x, velocity = np.zeros(P), np.zeros(P)
+        done = engine.serial_steps(kernel, x, velocity, A, y, problem.params, orders, N_LOCAL, 0,
+                                   N_LOCAL, 1, 0.05, 0.0, 0.0, False, np.empty((1, 1, 1)),
+                                   np.empty(1, dtype=np.int64), np.empty((1, P)), np.empty(P),
+                                   np.empty((1, M, P)), np.zeros((1, 1, 1)), False, 0,
+                                   np.empty(N_LOCAL))
+        assert done == N_LOCAL
+        results.append(x)
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-10, atol=1e-12)
