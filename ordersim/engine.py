@@ -7,7 +7,9 @@ worker order. That is what makes traces bitwise identical whatever the number of
 
 import numpy as np
 from numba import config, njit, types
+from numba.core.types.function_type import CompileResultWAP
 
+from ordersim.orderers._state import OBSERVE_ARGS, state_kernel
 from ordersim.prefetch import prefetch_row
 
 # The argument types the step loops pass to a problem's batch_grads (x, A, y, idx, params, out).
@@ -196,20 +198,32 @@ def pack_rows(grads, count):
                 flat[target + k] = flat[source + k]
 
 
-@njit(cache=True, error_model="numpy")
+@state_kernel
 def no_observer(grads, state):
     """The observe kernel of orderers that need no gradients (rr, so, ...): nothing to do."""
     return 0
 
 
+def first_class(observe):
+    """An orderer's kernel as a first-class function value (Numba's FunctionType) of its
+    C-contiguous signature. The MPI epoch loop takes it as an argument of that one type, so the
+    loop compiles once per problem, not once per orderer; the call through the pointer costs a
+    few ns per step."""
+    if config.DISABLE_JIT:
+        return observe
+    if OBSERVE_ARGS not in observe.overloads:  # state kernels have it; other jitted kernels compile it
+        observe.compile(OBSERVE_ARGS)
+    return CompileResultWAP(observe.overloads[OBSERVE_ARGS])
+
+
 _MPI_EPOCHS = {}
 
 
-def mpi_epoch(batch_grads, observe):
+def mpi_epoch(batch_grads):
     """The MPI backend's epoch: every step, its Allgather and the orderer's kernel inside one jitted
-    function, compiled once per (problem kernel, orderer kernel) pair:
+    function, compiled once per problem kernel:
 
-        steps = epoch(x, velocity, lr, momentum, weight_decay, A, y, params, order, n, b, idx,
+        steps = epoch(observe, x, velocity, lr, momentum, weight_decay, A, y, params, order, n, b, idx,
                       grads, local_sums, local_loss, total, history, coef, coded, first_step,
                       coordinated, gathered, all_loss, trace_every, trace_loss, state, comm,
                       timers)
@@ -219,7 +233,8 @@ def mpi_epoch(batch_grads, observe):
     the next b visit positions; one Allgather — of the sums into history[step mod slots], or with
     ``coordinated`` of the gradients into ``gathered``, summed per worker there; every
     ``trace_every`` steps one more of the losses into ``trace_loss[k]``; then
-    observe(gradients, state) on the local rows, or all of them when coordinated. The last
+    observe(gradients, state) on the local rows, or all of them when coordinated (observe:
+    ``first_class(orderer kernel)``; a short last step packs its rows first). The last
     update follows the loop. Returns the steps done, or -(steps done) - 1 when x stopped being
     finite. timers (3,) accumulates compute, communication and ordering seconds (MPI_Wtime);
     total (d,) is the update's scratch.
@@ -227,15 +242,15 @@ def mpi_epoch(batch_grads, observe):
     The operations are the serial backend's, in the same order (worker_step, row_sums,
     apply_update), so the traces are bitwise the serial ones. Python-level calls per step cost
     more than the step itself at small b (dispatch of ~20 arguments, mpi4py's wrapper): hence one
-    call per epoch, with the problem's and the orderer's kernels bound in the closure.
+    call per epoch, with the problem's kernel bound in the closure.
     """
-    kernel = _MPI_EPOCHS.get((batch_grads, observe))
+    kernel = _MPI_EPOCHS.get(batch_grads)
     if kernel is not None:
         return kernel
     from ordersim.jit_mpi import allgather, wtime
 
     @njit(error_model="numpy", _nrt=False)  # no reference counting: see serial_steps
-    def kernel(x, velocity, lr, momentum, weight_decay, A, y, params, order, n, b, idx, grads,
+    def kernel(observe, x, velocity, lr, momentum, weight_decay, A, y, params, order, n, b, idx, grads,
                local_sums, local_loss, total, history, coef, coded, first_step, coordinated,
                gathered, all_loss, trace_every, trace_loss, state, comm, timers):
         local, d = grads.shape[0], grads.shape[2]
@@ -276,8 +291,9 @@ def mpi_epoch(batch_grads, observe):
                 t2 = wtime()
                 if count == b:
                     observe(grads, state)
-                else:
-                    observe(grads[:, :count], state)
+                else:  # C-contiguous, as observe's one signature wants
+                    pack_rows(grads, count)
+                    observe(grads.reshape(-1)[:local * count * d].reshape((local, count, d)), state)
             t3 = wtime()
             if trace_every > 0 and step % trace_every == 0:
                 allgather(local_loss, all_loss, comm)
@@ -302,7 +318,7 @@ def mpi_epoch(batch_grads, observe):
         timers[2] += ordering
         return k if finite else -k - 1
 
-    _MPI_EPOCHS[(batch_grads, observe)] = kernel
+    _MPI_EPOCHS[batch_grads] = kernel
     return kernel
 
 

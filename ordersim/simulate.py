@@ -348,14 +348,14 @@ class Run:
         # Everything it touches is allocated here, once per epoch.
         history, coef, coded = self._update_inputs(coef)
         gradients = self.orderer.needs_gradients
-        kernel = engine.mpi_epoch(s.problem.batch_grads,
-                                  self.orderer.kernel if gradients else engine.no_observer)
+        kernel = engine.mpi_epoch(s.problem.batch_grads)
+        observe = engine.first_class(self.orderer.kernel if gradients else engine.no_observer)
         state = self.orderer.state if gradients else np.zeros(1, dtype=np.int64)
         grads = np.empty((local, b, d))
         gathered = np.empty((m, b, d) if self.coordinated else (1, 1, 1))
         trace_loss = np.full(self.steps_per_epoch, np.nan)  # filled every trace_every steps
         timers = np.zeros(3)
-        done = kernel(self.x, self.velocity, lr, config.momentum, config.weight_decay, s.A, s.y,
+        done = kernel(observe, self.x, self.velocity, lr, config.momentum, config.weight_decay, s.A, s.y,
                       s.problem.params, order, n, b, self.idx, grads, np.empty((local, d)),
                       np.empty((local, 1)), np.empty(d), history, coef, coded, self.step,
                       self.coordinated,
