@@ -148,3 +148,31 @@ def test_step_loops_run_a_fresh_kernel_that_allocates():
         assert done == N_LOCAL
         results.append(x)
     np.testing.assert_allclose(results[1], results[0], rtol=1e-10, atol=1e-12)
+
+
+def test_first_class_orderer_kernels_share_one_compilation():
+    """The MPI epoch loop takes the orderer's kernel as a first-class function: state kernels and
+    plain jitted kernels alike must pass as the same type and be called through it."""
+    from numba import config, njit
+
+    from ordersim.orderers._state import state_kernel
+
+    @state_kernel
+    def counts_examples(grads, state):
+        state[0] += grads.shape[1]
+        return grads.shape[1]
+
+    @njit  # no explicit signature: first_class compiles the C-contiguous one
+    def counts_workers(grads, state):
+        state[0] += grads.shape[0]
+        return grads.shape[0]
+
+    @njit
+    def call(observe, grads, state):
+        return observe(grads, state)
+
+    grads, state = np.zeros((3, 2, 4)), np.zeros(1, dtype=np.int64)
+    for kernel, expected in ((counts_examples, 2), (counts_workers, 3), (engine.no_observer, 0)):
+        assert call(engine.first_class(kernel), grads, state) == expected
+    assert state[0] == 5
+    assert config.DISABLE_JIT or len(call.overloads) == 1, "one compilation for all three"
