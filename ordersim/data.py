@@ -107,7 +107,13 @@ def _number(spec: str, key: str, text: str, kind: type, low: float, low_open: bo
 
 
 # -- sources ----------------------------------------------------------------------------------------
-def _synthetic(spec: str, kind: str, options: dict, rng: np.random.Generator):
+def _feature_array(n: int, p: int, spare: int, fill=np.empty) -> np.ndarray:
+    """An (n, p) array for a loader to fill: the first p columns of an (n, p + spare) buffer, so
+    that the intercept column can be added in place (`_transformed`)."""
+    return fill((n, p + spare))[:, :p]
+
+
+def _synthetic(spec: str, kind: str, options: dict, rng: np.random.Generator, spare: int = 0):
     if kind not in SYNTHETIC_KINDS:
         raise ValueError(f"unknown synthetic kind {kind!r} in {spec!r}; known: {', '.join(SYNTHETIC_KINDS)}")
     defaults = SYNTHETIC_KINDS[kind]
@@ -121,7 +127,7 @@ def _synthetic(spec: str, kind: str, options: dict, rng: np.random.Generator):
     # features with covariance Q diag(s^2) Q^T, s^2 geometric from 1 down to 1/cond
     scales = np.sqrt(np.geomspace(1.0, 1.0 / o["cond"], d)) if d > 1 else np.ones(1)
     Q, _ = np.linalg.qr(rng.normal(size=(d, d)))
-    X = np.empty((n, d))
+    X = _feature_array(n, d, spare)
     for lo in range(0, n, ROW_BLOCK):  # in row blocks: no temporaries the size of X
         rows = min(ROW_BLOCK, n - lo)
         np.matmul(rng.normal(size=(rows, d)) * scales, Q.T, out=X[lo:lo + rows])
@@ -161,7 +167,7 @@ def _require_file(source: str, path: str) -> None:
         raise ValueError(f"{source} file {path!r} does not exist")
 
 
-def _libsvm(spec: str, path: str, options: dict):
+def _libsvm(spec: str, path: str, options: dict, spare: int = 0):
     _check_keys(spec, options, FILE_OPTIONS["libsvm"])
     _require_file("libsvm", path)
     labels, rows, cols, vals = [], [], [], []
@@ -215,7 +221,7 @@ def _libsvm(spec: str, path: str, options: dict):
         if want < p:
             raise ValueError(f"libsvm file {path!r}: features={want} but the file uses {p} features")
         p = want
-    X = np.zeros((len(labels), max(p, 1)))
+    X = _feature_array(len(labels), max(p, 1), spare, np.zeros)
     X[np.asarray(rows, dtype=np.int64), cols] = vals
     return X, np.asarray(labels), None, {"zero_based": bool(zero_based)}
 
@@ -375,14 +381,17 @@ def load_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
     source, name, options = _parse_spec(spec)
     extra: dict = {}
     lines = None
+    # Loaders that allocate their own array leave room for the intercept column when the training
+    # rows will be that very array (no test split): the transformation then needs no second copy.
+    spare = int(intercept and test_fraction == 0)
     if source == "synthetic":
-        X, y, task, extra = _synthetic(spec, name, options, stream(seed, "data", 0, _GENERATE))
+        X, y, task, extra = _synthetic(spec, name, options, stream(seed, "data", 0, _GENERATE), spare)
         where = f"synthetic data {spec!r}"
     elif source == "sklearn":
         X, y, task, extra = _sklearn(spec, name, options)
         where = f"scikit-learn data set {name!r}"
     elif source == "libsvm":
-        X, y, task, extra = _libsvm(spec, name, options)
+        X, y, task, extra = _libsvm(spec, name, options, spare)
         where = f"libsvm file {name!r}"
     elif source == "csv":
         X, y, task, extra = _csv(spec, name, options)
@@ -453,10 +462,17 @@ def _column_mean_std(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _transformed(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, intercept: bool) -> np.ndarray:
-    """(X - mean) / scale as a new C-contiguous float64 array, with a last column of ones if
-    `intercept`; written in row blocks, so the only large allocation is the result."""
+    """(X - mean) / scale as a C-contiguous float64 array, with a last column of ones if
+    `intercept`, written in row blocks. In place when X is the first columns of a buffer with room
+    for the intercept (`_feature_array`); otherwise the only large allocation is the result."""
     N, p = X.shape
-    out = np.empty((N, p + int(intercept)))
+    buffer = X.base
+    if (intercept and X.dtype == np.float64 and isinstance(buffer, np.ndarray)
+            and buffer.shape == (N, p + 1) and buffer.dtype == np.float64
+            and buffer.flags.c_contiguous and X.ctypes.data == buffer.ctypes.data):
+        out = buffer  # each block is read before it is overwritten: the same values as a copy
+    else:
+        out = np.empty((N, p + int(intercept)))
     if intercept:
         out[:, p] = 1.0
     for lo in range(0, N, ROW_BLOCK):

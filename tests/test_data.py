@@ -61,6 +61,11 @@ def test_block_wise_loading_matches_whole_array_numpy(monkeypatch):
     expected = np.hstack([(train - train.mean(axis=0)) / train.std(axis=0), np.ones((900, 1))])
     np.testing.assert_allclose(blocks.X, expected, rtol=1e-12, atol=1e-12)
     assert blocks.X.flags.c_contiguous and blocks.X_test.flags.c_contiguous
+    # no split: the generator leaves room for the intercept and the transformation runs in place
+    in_place = load_dataset(spec, seed=2)
+    assert in_place.X.flags.c_contiguous and in_place.X.flags.owndata
+    expected = np.hstack([(raw - raw.mean(axis=0)) / raw.std(axis=0), np.ones((1000, 1))])
+    np.testing.assert_allclose(in_place.X, expected, rtol=1e-12, atol=1e-12)
 
 
 def test_synthetic_classification_separability():
@@ -125,6 +130,10 @@ def test_libsvm(tmp_path):
     z.write_text("1 0:1 2:3\n0 1:2\n")
     np.testing.assert_array_equal(load_dataset(f"libsvm:{z}", standardize=False, intercept=False).X,
                                   [[1, 0, 3], [0, 2, 0]])
+    # with the intercept (added in place, in the column the parser left free) and standardized
+    raw = np.array([[0.5, 0, 2, 0], [0, 1.5, 0, 0], [0, 0, 0, -1]])
+    np.testing.assert_allclose(load_dataset(f"libsvm:{f}").X,
+                               np.hstack([(raw - raw.mean(0)) / raw.std(0), np.ones((3, 1))]), rtol=1e-14)
 
 
 @pytest.mark.parametrize("content, pattern", [
