@@ -49,7 +49,7 @@ def cache_key(problem, data, shards: np.ndarray) -> str:
     for arr in (problem.params, data.X, data.y, shards):
         arr = np.ascontiguousarray(arr)
         h.update(f"{arr.dtype.str}{arr.shape}".encode())
-        h.update(arr.tobytes())
+        h.update(arr.data)  # the bytes in place: tobytes() would copy the whole data set
     return h.hexdigest()[:32]
 
 
