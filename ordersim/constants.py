@@ -67,7 +67,8 @@ def rows_of(A: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """A[idx]: a view when idx is 0, 1, ..., k-1 (a contiguous partition with nothing or the last
     rows dropped: no copy of the data set), else a copy."""
     k = idx.size
-    if k <= A.shape[0] and (k == 0 or (idx[0] == 0 and idx[-1] == k - 1 and np.array_equal(idx, np.arange(k)))):
+    in_order = k == 0 or (idx[0] == 0 and idx[-1] == k - 1 and np.array_equal(idx, np.arange(k)))
+    if k <= A.shape[0] and in_order:
         return A[:k]
     return A[idx]
 

@@ -42,8 +42,8 @@ REMAINDERS = ("drop", "error")
 
 # stream epochs of purpose "data"
 _GENERATE, _SPLIT, _PARTITION = 0, 1, 2
-# Large arrays are generated and transformed this many rows at a time, so that loading peaks at
-# about twice the data set rather than three or four times.
+# Large arrays are generated and transformed this many rows at a time, so that loading makes no
+# temporaries the size of the data set.
 ROW_BLOCK = 4096
 
 

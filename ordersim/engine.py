@@ -28,7 +28,8 @@ def compile_for_steps(batch_grads) -> None:
         batch_grads.compile(STEP_KERNEL_ARGS)
 
 
-@njit(error_model="numpy", _nrt=False)  # takes the problem's kernel as an argument: not cacheable (numba#2956)
+# takes the problem's kernel as an argument: not cacheable (numba#2956); _nrt: see serial_steps
+@njit(error_model="numpy", _nrt=False)
 def worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum):
     """Gradients of one worker's next `count` examples (visit positions pos..pos+count-1).
 
@@ -143,7 +144,7 @@ def update_after_step(x, velocity, history, coef, row, step, count, coded, lr, m
                         lr, momentum, weight_decay, total)
 
 
-@njit(error_model="numpy", _nrt=False)  # takes the problem's kernel as an argument: not cacheable (numba#2956)
+@njit(error_model="numpy", _nrt=False)  # takes the problem's kernel: not cacheable (numba#2956)
 def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b, lr, momentum,
                  weight_decay, store, grads_out, idx, scratch, total, history, coef, coded, step,
                  step_losses):
@@ -211,7 +212,7 @@ def first_class(observe):
     few ns per step."""
     if config.DISABLE_JIT:
         return observe
-    if OBSERVE_ARGS not in observe.overloads:  # state kernels have it; other jitted kernels compile it
+    if OBSERVE_ARGS not in observe.overloads:  # state kernels have it; plain jitted ones compile it
         observe.compile(OBSERVE_ARGS)
     return CompileResultWAP(observe.overloads[OBSERVE_ARGS])
 
@@ -223,10 +224,10 @@ def mpi_epoch(batch_grads):
     """The MPI backend's epoch: every step, its Allgather and the orderer's kernel inside one jitted
     function, compiled once per problem kernel:
 
-        steps = epoch(observe, x, velocity, lr, momentum, weight_decay, A, y, params, order, n, b, idx,
-                      grads, local_sums, local_loss, total, history, coef, coded, first_step,
-                      coordinated, gathered, all_loss, trace_every, trace_loss, state, comm,
-                      timers)
+        steps = epoch(observe, x, velocity, lr, momentum, weight_decay, A, y, params, order, n,
+                      b, idx, grads, local_sums, local_loss, total, history, coef, coded,
+                      first_step, coordinated, gathered, all_loss, trace_every, trace_loss,
+                      state, comm, timers)
 
     A step: the previous step's update (apply_update along the gathered sums, or with ``coded``
     apply_coded_update along history and coef[k - 1]); the local workers' gradients and sums for
@@ -250,9 +251,9 @@ def mpi_epoch(batch_grads):
     from ordersim.jit_mpi import allgather, wtime
 
     @njit(error_model="numpy", _nrt=False)  # no reference counting: see serial_steps
-    def kernel(observe, x, velocity, lr, momentum, weight_decay, A, y, params, order, n, b, idx, grads,
-               local_sums, local_loss, total, history, coef, coded, first_step, coordinated,
-               gathered, all_loss, trace_every, trace_loss, state, comm, timers):
+    def kernel(observe, x, velocity, lr, momentum, weight_decay, A, y, params, order, n, b, idx,
+               grads, local_sums, local_loss, total, history, coef, coded, first_step,
+               coordinated, gathered, all_loss, trace_every, trace_loss, state, comm, timers):
         local, d = grads.shape[0], grads.shape[2]
         slots, m = history.shape[0], history.shape[1]
         pos = k = last_count = 0

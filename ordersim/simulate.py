@@ -355,12 +355,11 @@ class Run:
         gathered = np.empty((m, b, d) if self.coordinated else (1, 1, 1))
         trace_loss = np.full(self.steps_per_epoch, np.nan)  # filled every trace_every steps
         timers = np.zeros(3)
-        done = kernel(observe, self.x, self.velocity, lr, config.momentum, config.weight_decay, s.A, s.y,
-                      s.problem.params, order, n, b, self.idx, grads, np.empty((local, d)),
-                      np.empty((local, 1)), np.empty(d), history, coef, coded, self.step,
-                      self.coordinated,
-                      gathered, np.empty((m, 1)), config.trace_every, trace_loss, state,
-                      s.backend.comm_handle, timers)
+        done = kernel(observe, self.x, self.velocity, lr, config.momentum, config.weight_decay,
+                      s.A, s.y, s.problem.params, order, n, b, self.idx, grads,
+                      np.empty((local, d)), np.empty((local, 1)), np.empty(d), history, coef,
+                      coded, self.step, self.coordinated, gathered, np.empty((m, 1)),
+                      config.trace_every, trace_loss, state, s.backend.comm_handle, timers)
         self._record_steps(epoch, trace_loss[:done if done >= 0 else -done - 1])
         for key, seconds in zip(("compute_time", "comm_time", "order_time"), timers):
             self.timers[key] += seconds
