@@ -24,8 +24,12 @@ def compile_for_steps(batch_grads) -> None:
     kernel first compiled from inside one would be compiled that way too, which fails for kernels
     that allocate (softmax, mlp, users' own). Compiled here first, the loops reuse this version.
     """
-    if not config.DISABLE_JIT:
+    if config.DISABLE_JIT or STEP_KERNEL_ARGS in batch_grads.overloads:
+        return
+    try:
         batch_grads.compile(STEP_KERNEL_ARGS)
+    except RuntimeError:  # "compilation disabled": declared with explicit signatures, all compiled
+        pass  # with its own options already; the loops call whichever accepts their arrays
 
 
 # takes the problem's kernel as an argument: not cacheable (numba#2956); _nrt: see serial_steps

@@ -129,15 +129,24 @@ def test_step_loops_run_a_fresh_kernel_that_allocates():
         residual = np.empty(idx.shape[0])
         total = 0.0
         for r in range(idx.shape[0]):
-            residual[r] = A[idx[r]] @ x - y[idx[r]]
-            total += 0.5 * residual[r] ** 2 + 0.5 * params[0] * (x @ x)
-            out[r] = residual[r] * A[idx[r]] + params[0] * x
+            i = idx[r]
+            residual[r] = -y[i]
+            for j in range(x.shape[0]):
+                residual[r] += A[i, j] * x[j]
+            total += 0.5 * residual[r] ** 2
+            for j in range(x.shape[0]):
+                total += 0.5 * params[0] * x[j] * x[j]
+                out[r, j] = residual[r] * A[i, j] + params[0] * x[j]
         return total
+
+    # declared with an explicit (strided) signature: nothing more to compile, and it still runs
+    explicit = njit("float64(float64[:], float64[:, :], float64[:], int64[:], float64[:], float64[:, :])")(
+        getattr(allocating_least_squares, "py_func", allocating_least_squares))
 
     A, y, orders = least_squares_data()
     problem = make_problem("least-squares", P, lam=0.1)
     results = []
-    for kernel in (problem.batch_grads, allocating_least_squares):
+    for kernel in (problem.batch_grads, allocating_least_squares, explicit):
         engine.compile_for_steps(kernel)
         x, velocity = np.zeros(P), np.zeros(P)
         done = engine.serial_steps(kernel, x, velocity, A, y, problem.params, orders, N_LOCAL, 0,
@@ -148,6 +157,7 @@ def test_step_loops_run_a_fresh_kernel_that_allocates():
         assert done == N_LOCAL
         results.append(x)
     np.testing.assert_allclose(results[1], results[0], rtol=1e-10, atol=1e-12)
+    np.testing.assert_array_equal(results[2], results[1])
 
 
 def test_first_class_orderer_kernels_share_one_compilation():
