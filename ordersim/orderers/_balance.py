@@ -150,16 +150,26 @@ def mean_balance_observe(grads, state):
 
 
 @njit(inline="always", error_model="numpy")
-def balance_difference(row, peak, first, second, mode, tie_plus, walk_c, u):
-    """Sign of v = first - second against the running sum ``row``, then row += eps v and
-    peak = max(peak, |row|). Returns eps and whether the walk failed (|<s, v>| > c)."""
-    dot = dot_with_difference(row, first, second)
-    eps = choose_sign(dot, mode, tie_plus, walk_c, u)
+def balance_pair(i, t, dot, row, peak, first, second, n, order, next_order, left, right,
+                 walk_failures, u, mode, tie_plus, walk_c):
+    """Row i's pair ending at visit position t, given dot = <s, v> with v = first - second: its
+    sign, s += eps v, peak = max(peak, |s|), and both examples' places in the next order."""
+    eps = choose_sign(dot, mode, tie_plus, walk_c, u[i * n + t // 2])
+    if mode == SIGN_WALK and abs(dot) > walk_c:
+        walk_failures[i] += 1
     for k in range(row.shape[0]):
         value = row[k] + eps * (first[k] - second[k])
         row[k] = value
         peak[k] = max(peak[k], abs(value))
-    return eps, mode == SIGN_WALK and abs(dot) > walk_c
+    earlier, later = order[i * n + t - 1], order[i * n + t]
+    if eps > 0.0:
+        next_order[i * n + left[i]] = earlier
+        next_order[i * n + right[i]] = later
+    else:
+        next_order[i * n + left[i]] = later
+        next_order[i * n + right[i]] = earlier
+    left[i] += 1
+    right[i] -= 1
 
 
 @state_kernel
@@ -194,27 +204,25 @@ def pair_balance_observe(grads, state):
                     for k in range(d):
                         pending[i * d + k] = grads[i, j, k]
             continue
-        pair = t // 2
-        for i in range(m):
+        # independent rows go two at a time, their dot products interleaved (as mean balance)
+        for i in range(0, m, 1 if rows == 1 else 2):
+            other = i if rows == 1 else min(i + 1, m - 1)
             r = 0 if rows == 1 else i
             row, peak = s[r * d:(r + 1) * d], peaks[r * d:(r + 1) * d]
-            if j > 0:  # both of the pair are in this call's buffer
-                eps, failed = balance_difference(row, peak, grads[i, j - 1], grads[i, j], mode, tie_plus,
-                                                 walk_c, u[i * n + pair])
-            else:
-                eps, failed = balance_difference(row, peak, pending[i * d:(i + 1) * d], grads[i, j], mode,
-                                                 tie_plus, walk_c, u[i * n + pair])
-            if failed:
-                walk_failures[i] += 1
-            first, second = order[i * n + t - 1], order[i * n + t]
-            if eps > 0.0:
-                next_order[i * n + left[i]] = first
-                next_order[i * n + right[i]] = second
-            else:
-                next_order[i * n + left[i]] = second
-                next_order[i * n + right[i]] = first
-            left[i] += 1
-            right[i] -= 1
+            # the pair's first gradient: in this call's buffer, or kept from the previous call
+            first = grads[i, j - 1] if j > 0 else pending[i * d:(i + 1) * d]
+            if other == i:
+                dot = dot_with_difference(row, first, grads[i, j])
+                balance_pair(i, t, dot, row, peak, first, grads[i, j], n, order, next_order, left,
+                             right, walk_failures, u, mode, tie_plus, walk_c)
+                continue
+            row2, peak2 = s[other * d:(other + 1) * d], peaks[other * d:(other + 1) * d]
+            first2 = grads[other, j - 1] if j > 0 else pending[other * d:(other + 1) * d]
+            dot, dot2 = two_dots_with_difference(row, first, grads[i, j], row2, first2, grads[other, j])
+            balance_pair(i, t, dot, row, peak, first, grads[i, j], n, order, next_order, left, right,
+                         walk_failures, u, mode, tie_plus, walk_c)
+            balance_pair(other, t, dot2, row2, peak2, first2, grads[other, j], n, order, next_order,
+                         left, right, walk_failures, u, mode, tie_plus, walk_c)
     state[OBSERVED] = start + b
     return b
 
