@@ -239,7 +239,7 @@ def mpi_epoch(batch_grads):
     ``coordinated`` of the gradients into ``gathered``, summed per worker there; every
     ``trace_every`` steps one more of the losses into ``trace_loss[k]``; then
     observe(gradients, state) on the local rows, or all of them when coordinated (observe:
-    ``first_class(orderer kernel)``; a short last step packs its rows first). The last
+    ``first_class(orderer kernel)``; a short last step packs its rows in place first). The last
     update follows the loop. Returns the steps done, or -(steps done) - 1 when x stopped being
     finite. timers (3,) accumulates compute, communication and ordering seconds (MPI_Wtime);
     total (d,) is the update's scratch.
@@ -275,30 +275,23 @@ def mpi_epoch(batch_grads):
             for w in range(local):
                 local_loss[w, 0] = worker_step(batch_grads, x, A, y, params, order, w, w * n, pos,
                                                count, idx, grads[w], local_sums[w])
+            local_grads, all_grads = grads, gathered
+            if count < b:  # the short last step: C-contiguous (·, count, d) views, as observe wants
+                pack_rows(grads, count)
+                local_grads = grads.reshape(-1)[:local * count * d].reshape((local, count, d))
+                if coordinated:
+                    all_grads = gathered.reshape(-1)[:m * count * d].reshape((m, count, d))
             t1 = wtime()
             sums = history[step % slots]
             if coordinated:
-                if count == b:
-                    allgather(grads, gathered, comm)
-                    row_sums(gathered, sums)
-                    t2 = wtime()
-                    observe(gathered, state)
-                else:  # the short last step: contiguous (·, count, d) buffers
-                    pack_rows(grads, count)
-                    packed = grads.reshape(-1)[:local * count * d].reshape((local, count, d))
-                    short = gathered.reshape(-1)[:m * count * d].reshape((m, count, d))
-                    allgather(packed, short, comm)
-                    row_sums(short, sums)
-                    t2 = wtime()
-                    observe(short, state)
+                allgather(local_grads, all_grads, comm)
+                row_sums(all_grads, sums)
+                t2 = wtime()
+                observe(all_grads, state)
             else:
                 allgather(local_sums, sums, comm)
                 t2 = wtime()
-                if count == b:
-                    observe(grads, state)
-                else:  # C-contiguous, as observe's one signature wants
-                    pack_rows(grads, count)
-                    observe(grads.reshape(-1)[:local * count * d].reshape((local, count, d)), state)
+                observe(local_grads, state)
             t3 = wtime()
             if trace_every > 0 and step % trace_every == 0:
                 allgather(local_loss, all_loss, comm)

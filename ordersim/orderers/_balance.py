@@ -41,7 +41,8 @@ def choose_sign(dot, mode, tie_plus, walk_c, u):
 def dot_with_difference(s, a, b):
     """<s, a - b> in four interleaved partial sums added as (p0 + p1) + (p2 + p3): the same
     association for every caller and array layout (so every backend signs alike), without the
-    one long dependency chain of a sequential sum, which bounded the kernels' speed."""
+    one long dependency chain of a sequential sum, which bounded the kernels' speed.
+    two_dots_with_difference repeats this association for two rows: change both or neither."""
     d = s.shape[0]
     p0 = p1 = p2 = p3 = 0.0
     k = 0
