@@ -5,18 +5,26 @@
 All constants refer to the objective the simulator actually trains: the mean of f_i over the
 examples in ``shards`` (examples dropped by ``partition`` are not part of it).
 
-- x_star, f_star: for convex problems, SciPy L-BFGS-B from x = 0 (or the problem's closed form),
-  then Newton-CG steps (Hessian-vector products, scipy.sparse.linalg.cg) until the gradient norm
-  is <= 1e-12 relative to ||grad f(0)|| or stops improving; a RuntimeWarning if it ends above 1e-10.
-  None / NaN for nonconvex problems.
+They are computed from per-worker quantities, as the simulator holds the data: every rank only its
+workers' shards (``WorkerRows``). Means over the examples are means over the workers of per-worker
+means (every shard has n examples), added in worker order, so the constants are bitwise the same
+on any number of ranks and with ``problem_constants`` on a whole data set in one process.
+
+- x_star, f_star: for convex problems, the problem's closed form (``solve_exact``) or SciPy L-BFGS-B
+  from x = 0, then Newton-CG steps (Hessian-vector products, scipy.sparse.linalg.cg) until the
+  gradient norm is <= 1e-12 relative to ||grad f(0)|| or stops improving; a RuntimeWarning if it
+  ends above 1e-10. None / NaN for nonconvex problems. Every rank runs the same solver on the same
+  reduced values, so every rank ends with the same x*.
 - L: a bound on the largest Hessian eigenvalue of f; L_max: the same bound maximized over the f_i;
-  mu: the strong-convexity constant where it exists (NaN otherwise). See docs/problems.md.
+  mu: the strong-convexity constant where it exists (NaN otherwise); from ``RowStatistics`` (the
+  spectrum of A^T A / N and the largest squared row norm). See docs/problems.md.
 - sigma2_star = (1/N) sum_i ||grad f_i(x*)||^2; zeta2_star = (1/m) sum_w ||grad F_w(x*)||^2 with F_w
   the mean of f_i over worker w's shard (NaN without x*).
 
 Cache: one .npz per key in ``cache_dir`` (argument; else $ORDERSIM_CACHE; else ~/.cache/ordersim;
-``cache_dir=False`` disables it). The key hashes the arrays, the shards and the problem's name,
-options and kernel parameters. Reading or writing the cache never fails a run: it warns and recomputes.
+``cache_dir=False`` disables it). The key hashes each worker's rows and labels, the shards and the
+problem's name, options and kernel parameters. Rank 0 reads and writes it. Reading or writing the
+cache never fails a run: it warns and recomputes.
 """
 
 from __future__ import annotations
@@ -32,24 +40,70 @@ from pathlib import Path
 
 import numpy as np
 
-CACHE_VERSION = 1
+from ordersim.backend import SerialBackend
+from ordersim.engine import sum_in_worker_order
+from problems.base import RowStatistics
+
+CACHE_VERSION = 2
 KEYS = ("x_star", "f_star", "L", "L_max", "mu", "sigma2_star", "zeta2_star")
 TARGET_REL_GRAD = 1e-10
+# Largest Gram matrix (p x p) formed for the spectrum; beyond it Lanczos on A^T A v products.
+GRAM_LIMIT = 4000
+# Doubles per gathered block of per-worker values (the Gram matrix goes a band of rows at a time).
+GATHER_DOUBLES = 1 << 20
 
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("ORDERSIM_CACHE") or Path.home() / ".cache" / "ordersim")
 
 
-def cache_key(problem, data, shards: np.ndarray) -> str:
+class WorkerRows:
+    """The training rows as the simulator holds them: this rank's workers' shards, worker-major
+    (local worker w's example e is row w * n + e of A), and the backend that gathers per-worker
+    values of all workers in worker order."""
+
+    def __init__(self, backend: SerialBackend, A: np.ndarray, y: np.ndarray, n: int):
+        self.backend, self.A, self.y, self.n = backend, A, y, int(n)
+        self.m, self.local = backend.workers, backend.local_workers
+
+    def shard(self, w: int) -> tuple[np.ndarray, np.ndarray]:
+        """Local worker w's rows and labels (views)."""
+        rows = slice(w * self.n, (w + 1) * self.n)
+        return self.A[rows], self.y[rows]
+
+    def index(self, w: int) -> np.ndarray:
+        return np.arange(w * self.n, (w + 1) * self.n, dtype=np.int64)
+
+    def gather(self, value_of, k: int, dtype=np.float64) -> np.ndarray:
+        """(m, k): row w is value_of(local worker) of worker w, from every rank."""
+        local = np.empty((self.local, k), dtype=dtype)
+        for w in range(self.local):
+            local[w] = value_of(w)
+        return self.backend.gather_workers(local, np.empty((self.m, k), dtype=dtype))
+
+    def mean(self, value_of, k: int) -> np.ndarray:
+        """Mean over the workers of value_of(worker) (k,), added in worker order."""
+        return sum_in_worker_order(self.gather(value_of, k)) / self.m
+
+
+def cache_key(problem, rows: WorkerRows, shards: np.ndarray) -> str:
+    """The same on every rank and for every rank count: per-worker digests, in worker order."""
+    def digest(w):
+        h = hashlib.sha256()
+        for arr in rows.shard(w):
+            arr = np.ascontiguousarray(arr)
+            h.update(f"{arr.dtype.str}{arr.shape}".encode())
+            h.update(arr.data)  # the bytes in place, no copy
+        return np.frombuffer(h.digest(), dtype=np.uint8)
+
+    digests = rows.gather(digest, 32, dtype=np.uint8)
     h = hashlib.sha256()
     meta = {"version": CACHE_VERSION, "problem": problem.name, "options": problem.options, "dim": problem.dim,
             "features": problem.features, "classes": problem.classes, "module": type(problem).__module__}
     h.update(json.dumps(meta, sort_keys=True, default=str).encode())
-    for arr in (problem.params, data.X, data.y, shards):
-        arr = np.ascontiguousarray(arr)
+    for arr in (problem.params, np.ascontiguousarray(shards, dtype=np.int64), digests):
         h.update(f"{arr.dtype.str}{arr.shape}".encode())
-        h.update(arr.data)  # the bytes in place: tobytes() would copy the whole data set
+        h.update(arr.data)
     return h.hexdigest()[:32]
 
 
@@ -73,25 +127,67 @@ def rows_of(A: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return A[idx]
 
 
-def minimize(problem, A: np.ndarray, y: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """(x*, f*, final gradient norm relative to ||grad f(0)||) of the mean of f_i over idx."""
+def row_statistics(rows: WorkerRows) -> RowStatistics:
+    """The spectrum of A^T A / N, the largest squared row norm and A^T y / N of all workers' rows."""
+    p = rows.A.shape[1]
+    n = rows.n
+
+    def max_norm2(w):
+        A_w, _ = rows.shard(w)
+        return np.max(np.einsum("ij,ij->i", A_w, A_w))
+
+    max_row_norm2 = float(np.max(rows.gather(max_norm2, 1)))
+    moment = rows.mean(lambda w: rows.shard(w)[0].T @ rows.shard(w)[1] / n, p)
+    if p > GRAM_LIMIT:  # pragma: no cover - large p only
+        from scipy.sparse.linalg import LinearOperator, eigsh
+
+        def product(v):
+            v = np.ravel(v)
+            return rows.mean(lambda w: rows.shard(w)[0].T @ (rows.shard(w)[0] @ v) / n, p)
+
+        # a fixed start vector: every rank runs the same iteration
+        top = eigsh(LinearOperator((p, p), matvec=product, dtype=np.float64), k=1, which="LA",
+                    v0=np.ones(p), return_eigenvectors=False)[0]
+        return RowStatistics(rows=rows.m * n, gram=None, moment=moment, top=float(top), bottom=0.0,
+                             max_row_norm2=max_row_norm2)
+    gram = np.empty((p, p))
+    band = max(1, GATHER_DOUBLES // (rows.m * p))
+    for lo in range(0, p, band):
+        hi = min(p, lo + band)
+        gram[lo:hi] = rows.mean(lambda w: (rows.shard(w)[0][:, lo:hi].T @ rows.shard(w)[0]).ravel() / n,
+                                (hi - lo) * p).reshape(hi - lo, p)
+    eig = np.linalg.eigvalsh(gram)
+    return RowStatistics(rows=rows.m * n, gram=gram, moment=moment, top=float(eig[-1]),
+                         bottom=float(max(eig[0], 0.0)), max_row_norm2=max_row_norm2)
+
+
+def minimize(problem, rows: WorkerRows, statistics: RowStatistics) -> tuple[np.ndarray, float, float]:
+    """(x*, f*, final gradient norm relative to ||grad f(0)||) of the mean of f_i over all workers' rows."""
     from scipy.optimize import minimize as scipy_minimize
     from scipy.sparse.linalg import LinearOperator, cg
 
     d = problem.dim
-    buf = np.empty(d)
 
     def fg(x):
-        f = problem.full_grad(np.ascontiguousarray(x), A, y, idx, problem.params, buf)
-        return f, buf.copy()
+        x = np.ascontiguousarray(x)
+
+        def loss_and_grad(w):
+            out = np.empty(d + 1)
+            out[0] = problem.full_grad(x, rows.A, rows.y, rows.index(w), problem.params, out[1:])
+            return out
+
+        mean = rows.mean(loss_and_grad, d + 1)
+        return float(mean[0]), mean[1:]
+
+    def hessp(x, v):
+        return rows.mean(lambda w: problem.hessp(x, v, *rows.shard(w)), d)
 
     x0 = np.zeros(d)
     _, g0 = fg(x0)
     g0n = float(np.linalg.norm(g0))
     if g0n == 0.0:
         return x0, fg(x0)[0], 0.0
-    Asub, ysub = rows_of(A, idx), rows_of(y, idx)
-    x = problem.solve_exact(Asub, ysub)
+    x = problem.solve_exact(statistics)
     if x is None:
         res = scipy_minimize(fg, x0, jac=True, method="L-BFGS-B",
                              options={"maxiter": 5000, "maxcor": 30, "ftol": 0.0, "gtol": 1e-6 * g0n})
@@ -103,8 +199,7 @@ def minimize(problem, A: np.ndarray, y: np.ndarray, idx: np.ndarray) -> tuple[np
     for _ in range(60):
         if gn <= 1e-12 * g0n or stalls >= 3:
             break
-        xk = x
-        H = LinearOperator((d, d), matvec=lambda v, xk=xk: problem.hessp(xk, v, Asub, ysub), dtype=np.float64)
+        H = LinearOperator((d, d), matvec=lambda v, xk=x: hessp(xk, np.ravel(v)), dtype=np.float64)
         step, _ = cg(H, -g, rtol=min(1e-2, gn / g0n), atol=0.0, maxiter=max(100, 4 * d))
         t, best = 1.0, None
         while t > 1e-12:
@@ -127,30 +222,38 @@ def minimize(problem, A: np.ndarray, y: np.ndarray, idx: np.ndarray) -> tuple[np
     return x, float(f), rel
 
 
-def compute_constants(problem, X: np.ndarray, y: np.ndarray, shards: np.ndarray) -> dict:
+def compute_constants(problem, rows: WorkerRows) -> dict:
     """The constants without any cache (see the module docstring)."""
-    idx = np.ascontiguousarray(shards.ravel(), dtype=np.int64)
-    L, L_max, mu = (float(v) for v in problem.smoothness(rows_of(X, idx)))
+    statistics = row_statistics(rows)
+    L, L_max, mu = (float(v) for v in problem.smoothness(statistics))
     out = {"x_star": None, "f_star": math.nan, "L": L, "L_max": L_max, "mu": mu,
            "sigma2_star": math.nan, "zeta2_star": math.nan}
     if not problem.convex:
         return out
-    x, f, _ = minimize(problem, X, y, idx)
+    x, f, _ = minimize(problem, rows, statistics)
     out["x_star"], out["f_star"] = x, f
-    chunk = 4096
-    grads = np.empty((min(chunk, idx.size), problem.dim))
-    total = 0.0
-    for start in range(0, idx.size, chunk):
-        part = idx[start:start + chunk]
-        problem.batch_grads(x, X, y, part, problem.params, grads[: part.size])
-        total += float(np.sum(grads[: part.size] ** 2))
-    out["sigma2_star"] = total / idx.size
-    g = np.empty(problem.dim)
-    zeta = 0.0
-    for w in range(shards.shape[0]):
-        problem.full_grad(x, X, y, shards[w], problem.params, g)
-        zeta += float(g @ g)
-    out["zeta2_star"] = zeta / shards.shape[0]
+    d, n = problem.dim, rows.n
+    chunk = max(1, min(n, GATHER_DOUBLES // (4 * d)))
+    grads = np.empty((chunk, d))
+
+    def squared_norms(w):  # sum over the shard of ||grad f_i(x*)||^2, divided by n
+        idx, total = rows.index(w), 0.0
+        for start in range(0, n, chunk):
+            part = idx[start:start + chunk]
+            problem.batch_grads(x, rows.A, rows.y, part, problem.params, grads[: part.size])
+            total += float(np.sum(grads[: part.size] ** 2))
+        return total / n
+
+    out["sigma2_star"] = float(rows.mean(squared_norms, 1)[0])
+
+    def shard_grad(w):
+        g = np.empty(d)
+        problem.full_grad(x, rows.A, rows.y, rows.index(w), problem.params, g)
+        return g
+
+    worker_grads = rows.gather(shard_grad, d)
+    out["zeta2_star"] = float(sum_in_worker_order(np.einsum("wj,wj->w", worker_grads, worker_grads)[:, None])[0]
+                              / rows.m)
     return out
 
 
@@ -189,22 +292,34 @@ def _write(path: Path, consts: dict) -> None:
                       RuntimeWarning, stacklevel=3)
 
 
-def problem_constants(problem, data, shards: np.ndarray, cache_dir=None) -> dict:
-    """Constants of ``problem`` on the training rows of ``data`` selected by ``shards`` (m, n)."""
-    shards = _check(problem, data, shards)
+def worker_constants(problem, rows: WorkerRows, shards: np.ndarray, cache_dir=None) -> dict:
+    """Constants of ``problem`` on every worker's rows (``rows`` holds this rank's), on every rank;
+    ``shards`` (m, n) are the training-example indices (part of the cache key)."""
+    backend = rows.backend
     path = None
     if cache_dir is not False:
-        try:
-            root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-            safe = re.sub(r"[^A-Za-z0-9_.-]", "_", problem.name)
-            path = root / f"constants-{safe}-{cache_key(problem, data, shards)}.npz"
-        except Exception as exc:
-            warnings.warn(f"constants cache disabled: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
-        if path is not None:
-            cached = _read(path)
-            if cached is not None:
-                return cached
-    consts = compute_constants(problem, data.X, data.y, shards)
+        key = cache_key(problem, rows, shards)
+        if backend.rank == 0:
+            try:
+                root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+                safe = re.sub(r"[^A-Za-z0-9_.-]", "_", problem.name)
+                path = root / f"constants-{safe}-{key}.npz"
+            except Exception as exc:
+                warnings.warn(f"constants cache disabled: {type(exc).__name__}: {exc}", RuntimeWarning,
+                              stacklevel=2)
+        cached = backend.bcast(None if path is None else _read(path))
+        if cached is not None:
+            return cached
+    consts = compute_constants(problem, rows)
     if path is not None:
         _write(path, consts)
     return consts
+
+
+def problem_constants(problem, data, shards: np.ndarray, cache_dir=None) -> dict:
+    """Constants of ``problem`` on the training rows of ``data`` selected by ``shards`` (m, n), in
+    one process."""
+    shards = _check(problem, data, shards)
+    idx = shards.ravel()
+    rows = WorkerRows(SerialBackend(shards.shape[0]), rows_of(data.X, idx), rows_of(data.y, idx), shards.shape[1])
+    return worker_constants(problem, rows, shards, cache_dir)

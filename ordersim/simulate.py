@@ -10,12 +10,13 @@ The serial backend runs whole chunks of steps inside one jitted call (ordersim.e
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ordersim import engine
-from ordersim.constants import problem_constants
+from ordersim.constants import WorkerRows, worker_constants
 from ordersim.data import load_dataset, partition
 from ordersim.backend import SerialBackend
 from ordersim.checkpoint import StopRequest, checkpoint_path
@@ -179,14 +180,6 @@ def prepare(config: Config, backend: SerialBackend) -> Setup:
     shards = meta["shards"]
     if backend.rank != 0:
         problem = make_problem(config.problem, meta["features"], meta["classes"], **config.problem_options)
-    constants = None
-    if backend.rank == 0:
-        constants = problem_constants(problem, data, shards, cache_dir=config.cache_dir or None)
-    constants = backend.bcast(constants)
-    if config.schedule == "theory" and not (constants.get("mu") or 0) > 0:
-        raise ConfigError("config field 'schedule': 'theory' needs a problem with mu > 0 (a PL or "
-                          f"strongly convex problem); {config.problem} has mu = {constants.get('mu')}")
-
     per_rank = config.workers // backend.size
     n, features = shards.shape[1], meta["features"]
 
@@ -205,6 +198,14 @@ def prepare(config: Config, backend: SerialBackend) -> Setup:
 
         test_A = backend.scatter_rows(lambda r: data.X_test[test_slice(r)], (hi - lo, features))
         test_y = backend.scatter_rows(lambda r: data.y_test[test_slice(r)], (hi - lo,))
+    with warnings.catch_warnings():
+        if backend.rank != 0:  # every rank runs the same solver: one copy of its warnings is enough
+            warnings.simplefilter("ignore")
+        constants = worker_constants(problem, WorkerRows(backend, A, y, n), shards,
+                                     cache_dir=config.cache_dir or None)
+    if config.schedule == "theory" and not (constants.get("mu") or 0) > 0:
+        raise ConfigError("config field 'schedule': 'theory' needs a problem with mu > 0 (a PL or "
+                          f"strongly convex problem); {config.problem} has mu = {constants.get('mu')}")
     return Setup(config, backend, problem, A, y, n, shards, meta["dropped"], constants, test_A,
                  test_y, test_bounds, meta["info"])
 

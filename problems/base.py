@@ -14,6 +14,7 @@ problem's hyperparameters, see ``kernel_params``). See docs/problems.md for a wo
 """
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -44,20 +45,17 @@ def option_choice(problem: str, name: str, value, choices) -> str:
     return value
 
 
-def spectral_extremes(A: np.ndarray) -> tuple[float, float]:
-    """Largest and smallest eigenvalue of A^T A / N."""
-    N, p = A.shape
-    if p <= 4000:
-        eig = np.linalg.eigvalsh(A.T @ A / N)
-        return float(eig[-1]), float(max(eig[0], 0.0))
-    from scipy.sparse.linalg import svds  # pragma: no cover - large p only
+@dataclass(frozen=True)
+class RowStatistics:
+    """What the constants hooks see of the training rows a_i (labels y_i), all N of them: the
+    simulator computes these from per-worker sums, so no process needs the whole data set."""
 
-    smax = svds(A, k=1, which="LM", return_singular_vectors=False)[0]
-    return float(smax**2 / N), 0.0  # pragma: no cover
-
-
-def max_row_norm2(A: np.ndarray) -> float:
-    return float(np.max(np.einsum("ij,ij->i", A, A))) if A.shape[0] else 0.0
+    rows: int  # N
+    gram: np.ndarray | None  # A^T A / N (p, p); None when p > ordersim.constants.GRAM_LIMIT
+    moment: np.ndarray  # A^T y / N (p,)
+    top: float  # largest eigenvalue of A^T A / N
+    bottom: float  # smallest eigenvalue of A^T A / N, clipped at 0 (0 when gram is None)
+    max_row_norm2: float  # max_i ||a_i||^2
 
 
 class Problem:
@@ -97,16 +95,17 @@ class Problem:
     def kernel_params(self) -> np.ndarray:
         return np.array([self.options.get("lam", 0.0)])
 
-    def smoothness(self, A: np.ndarray) -> tuple[float, float, float]:
-        """(L, L_max, mu) of the objective over the rows of A; NaN where no bound is known."""
+    def smoothness(self, rows: RowStatistics) -> tuple[float, float, float]:
+        """(L, L_max, mu) of the objective over the training rows; NaN where no bound is known."""
         return math.nan, math.nan, math.nan
 
     def hessp(self, x: np.ndarray, v: np.ndarray, A: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Hessian of the mean objective over the rows of A times v (NumPy; convex problems)."""
+        """Hessian of the mean objective over the rows of A times v (NumPy; convex problems). The
+        constants call it on each worker's shard and average over the workers."""
         raise NotImplementedError
 
-    def solve_exact(self, A: np.ndarray, y: np.ndarray):
-        """A closed-form minimizer, or None to let the solver iterate."""
+    def solve_exact(self, rows: RowStatistics):
+        """A closed-form minimizer from the row statistics, or None to let the solver iterate."""
         return None
 
     # -- shared behaviour ---------------------------------------------------------------------------

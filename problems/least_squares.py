@@ -5,7 +5,7 @@ from numba import njit
 from scipy import linalg
 
 from problems._kernels import FAST, row_dot, half_sq_norm
-from problems.base import Problem, max_row_norm2, spectral_extremes
+from problems.base import Problem
 
 
 @njit(cache=True, fastmath=FAST, error_model="numpy")
@@ -72,18 +72,18 @@ class LeastSquares(Problem):
     full_loss = staticmethod(full_loss)
     accuracy = staticmethod(accuracy)
 
-    def smoothness(self, A):
+    def smoothness(self, rows):
         lam = self.options["lam"]
-        top, bottom = spectral_extremes(A)
-        return top + lam, max_row_norm2(A) + lam, bottom + lam
+        return rows.top + lam, rows.max_row_norm2 + lam, rows.bottom + lam
 
     def hessp(self, x, v, A, y):
         return A.T @ (A @ v) / A.shape[0] + self.options["lam"] * v
 
-    def solve_exact(self, A, y):
-        N, p = A.shape
-        H = A.T @ A / N + self.options["lam"] * np.eye(p)
+    def solve_exact(self, rows):
+        if rows.gram is None:
+            return None  # too many features for the normal equations: let the solver iterate
+        H = rows.gram + self.options["lam"] * np.eye(rows.gram.shape[0])
         try:
-            return linalg.solve(H, A.T @ y / N, assume_a="pos")
+            return linalg.solve(H, rows.moment, assume_a="pos")
         except (linalg.LinAlgError, ValueError):
             return None  # singular (lam = 0 and rank-deficient): let the iterative solver try

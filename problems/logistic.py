@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit
 
 from problems._kernels import FAST, row_dot, log1pexp, sigmoid
-from problems.base import Problem, max_row_norm2, spectral_extremes
+from problems.base import Problem
 
 
 @njit(cache=True, inline="always", fastmath=FAST, error_model="numpy")
@@ -133,11 +133,10 @@ class Logistic(Problem):
     def kernel_params(self):
         return np.array([self.options["lam"], self.regularizer])
 
-    def smoothness(self, A):
+    def smoothness(self, rows):
         # logistic loss'' <= 1/4, so H <= A^T A / (4N) + lam I; mu = lam (the loss Hessian can be ~0)
         lam = self.options["lam"]
-        top, _ = spectral_extremes(A)
-        return top / 4.0 + lam, max_row_norm2(A) / 4.0 + lam, lam
+        return rows.top / 4.0 + lam, rows.max_row_norm2 / 4.0 + lam, lam
 
     def hessp(self, x, v, A, y):
         s = 1.0 / (1.0 + np.exp(-(A @ x)))

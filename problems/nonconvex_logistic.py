@@ -7,7 +7,6 @@ Same kernels as ``logistic`` with params = [lam, 1].
 
 import math
 
-from problems.base import spectral_extremes, max_row_norm2
 from problems.logistic import Logistic
 
 
@@ -19,11 +18,10 @@ class NonconvexLogistic(Logistic):
     defaults = {"lam": 0.1}
     regularizer = 1.0
 
-    def smoothness(self, A):
+    def smoothness(self, rows):
         # |d^2/dt^2 t^2/(1+t^2)| = |2 - 6t^2| / (1+t^2)^3 <= 2, so the regularizer adds at most 2 lam
         lam = self.options["lam"]
-        top, _ = spectral_extremes(A)
-        return top / 4.0 + 2.0 * lam, max_row_norm2(A) / 4.0 + 2.0 * lam, math.nan
+        return rows.top / 4.0 + 2.0 * lam, rows.max_row_norm2 / 4.0 + 2.0 * lam, math.nan
 
     def hessp(self, x, v, A, y):
         raise NotImplementedError

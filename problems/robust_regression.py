@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 from problems._kernels import FAST, row_dot, half_sq_norm
-from problems.base import Problem, max_row_norm2, option_choice, option_float, spectral_extremes
+from problems.base import Problem, option_choice, option_float
 
 LOSSES = ("cauchy", "geman-mcclure", "welsch")
 
@@ -117,8 +117,7 @@ class RobustRegression(Problem):
         o = self.options
         return np.array([o["lam"], o["c"], LOSSES.index(o["loss"])])
 
-    def smoothness(self, A):
+    def smoothness(self, rows):
         # sup |rho''| = 1 (at r = 0) for all three losses
         lam = self.options["lam"]
-        top, _ = spectral_extremes(A)
-        return top + lam, max_row_norm2(A) + lam, math.nan
+        return rows.top + lam, rows.max_row_norm2 + lam, math.nan

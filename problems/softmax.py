@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 from problems._kernels import FAST, half_sq_norm
-from problems.base import Problem, max_row_norm2, spectral_extremes
+from problems.base import Problem
 
 
 @njit(cache=True, inline="always", fastmath=FAST, error_model="numpy")
@@ -137,11 +137,10 @@ class Softmax(Problem):
     def parameter_dim(self):
         return self.classes * self.features
 
-    def smoothness(self, A):
+    def smoothness(self, rows):
         # per example the loss Hessian is (diag(q) - q q^T) kron a a^T with ||diag(q) - q q^T|| <= 1/2
         lam = self.options["lam"]
-        top, _ = spectral_extremes(A)
-        return top / 2.0 + lam, max_row_norm2(A) / 2.0 + lam, lam
+        return rows.top / 2.0 + lam, rows.max_row_norm2 / 2.0 + lam, lam
 
     def hessp(self, x, v, A, y):
         K, p = self.classes, self.features

@@ -1,6 +1,7 @@
 """Theory constants: the solver against scikit-learn and planted solutions, the definitions of
 sigma*^2 and zeta*^2, the smoothness bounds, and a cache that never breaks a run."""
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -162,9 +163,10 @@ def test_constants_are_the_same_whether_rows_are_viewed_or_copied():
     problem = make_problem("logistic", features=data.features, classes=data.classes)
     shards, dropped = partition(data.y, workers=4)  # rows 0..399 in order: a view
     assert dropped == 3
-    viewed = constants.compute_constants(problem, data.X, data.y, shards)
+    viewed = problem_constants(problem, data, shards, cache_dir=False)
     # the same rows, reached through a permutation of a copy: the copying path
     perm = np.arange(data.X.shape[0])[::-1].copy()
-    copied = constants.compute_constants(problem, data.X[perm], data.y[perm], perm[shards])
+    reversed_data = dataclasses.replace(data, X=data.X[perm], y=data.y[perm])
+    copied = problem_constants(problem, reversed_data, perm[shards], cache_dir=False)
     for key, value in viewed.items():
         np.testing.assert_array_equal(copied[key], value, err_msg=key)
