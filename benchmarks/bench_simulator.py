@@ -188,8 +188,8 @@ def mpi_part(N: int, repeats: int) -> None:
     print(f"  rank's shard (A and y of {local} workers): {shard:.1f} MB; m d + m n doubles: {state:.1f} MB")
     for r, (after_prepare, peak) in enumerate(rss_all):
         print(f"  rank {r}: peak RSS {peak:.1f} MB (after prepare: {after_prepare:.1f} MB)")
-    print(f"  (rank 0 alone generates the full data set, {M * n * (d + 1) * 8 / MB:.1f} MB as loaded, "
-          f"and sends every rank its shard)", flush=True)
+    print(f"  (the full data set would be {M * n * (d + 1) * 8 / MB:.1f} MB; every rank generates only "
+          f"its shard's rows)", flush=True)
 
 
 def main() -> None:

@@ -50,6 +50,10 @@ class SerialBackend:
         """Every rank's object, in rank order, on rank 0 (None elsewhere)."""
         return [obj]
 
+    def allgather(self, obj) -> list:
+        """Every rank's object, in rank order, on every rank."""
+        return [obj]
+
     def scatter(self, objects: list | None):
         """Rank r gets objects[r] (objects given on rank 0)."""
         return None if objects is None else objects[0]
@@ -101,6 +105,9 @@ class MPIBackend(SerialBackend):
 
     def gather(self, obj):
         return self.comm.gather(obj, root=0)
+
+    def allgather(self, obj):
+        return self.comm.allgather(obj)
 
     def scatter(self, objects):
         present = self.comm.bcast(objects is not None, root=0)

@@ -24,6 +24,7 @@ from numba import njit
 from ordersim.streams import stream
 
 SOURCES = ("synthetic", "sklearn", "libsvm", "csv", "npz", "hdf5")
+STREAMED_SOURCES = ("synthetic", "hdf5")  # read a block of rows at a time, by every rank
 SYNTHETIC_KINDS = {
     "regression": {"n": 1000, "d": 20, "cond": 10.0, "noise": 0.1},
     "classification": {"n": 1000, "d": 20, "cond": 10.0, "sep": 2.0, "classes": 2},
@@ -42,9 +43,12 @@ REMAINDERS = ("drop", "error")
 
 # stream epochs of purpose "data"
 _GENERATE, _SPLIT, _PARTITION = 0, 1, 2
-# Large arrays are generated and transformed this many rows at a time, so that loading makes no
+# Data sets are read, checked and transformed this many rows at a time, so that loading makes no
 # temporaries the size of the data set.
 ROW_BLOCK = 4096
+# Synthetic data is generated in blocks of this many rows, each from its own stream: part of the
+# data set's definition (changing it changes the data), unlike ROW_BLOCK.
+SYNTHETIC_BLOCK = 4096
 
 
 @dataclass
@@ -106,49 +110,75 @@ def _number(spec: str, key: str, text: str, kind: type, low: float, low_open: bo
     return value
 
 
-# -- sources ----------------------------------------------------------------------------------------
-def _feature_array(n: int, p: int, spare: int, fill=np.empty) -> np.ndarray:
-    """An (n, p) array for a loader to fill: the first p columns of an (n, p + spare) buffer, so
-    that the intercept column can be added in place (`_transformed`)."""
-    return fill((n, p + spare))[:, :p]
+# -- sources ---------------------------------------------------------------------------------------
+# Every source is a row source: `rows`, `features`, `labels` (None when they come with the rows),
+# `block_rows` and `block(b)` -> (features of rows b*block_rows.., their labels or None). Synthetic
+# and HDF5 sources read any block on demand, so every rank reads only the rows it needs; the others
+# are parsed or loaded whole.
+class InMemoryRows:
+    streamed = False
+    block_rows = ROW_BLOCK
+
+    def __init__(self, X: np.ndarray, y: np.ndarray):
+        self.X, self.labels = X, y
+        self.rows, self.features = X.shape
+
+    def block(self, b: int):
+        return self.X[b * self.block_rows:(b + 1) * self.block_rows], None
 
 
-def _synthetic(spec: str, kind: str, options: dict, rng: np.random.Generator, spare: int = 0):
-    if kind not in SYNTHETIC_KINDS:
-        raise ValueError(f"unknown synthetic kind {kind!r} in {spec!r}; known: {', '.join(SYNTHETIC_KINDS)}")
-    defaults = SYNTHETIC_KINDS[kind]
-    _check_keys(spec, options, defaults)
-    o = dict(defaults)
-    for key, text in options.items():
-        typ = int if key in ("n", "d", "classes") else float
-        low = {"n": 2, "d": 1, "classes": 2, "cond": 1.0, "noise": 0.0, "sep": 0.0}[key]
-        o[key] = _number(spec, key, text, typ, low)
-    n, d = o["n"], o["d"]
-    # features with covariance Q diag(s^2) Q^T, s^2 geometric from 1 down to 1/cond
-    scales = np.sqrt(np.geomspace(1.0, 1.0 / o["cond"], d)) if d > 1 else np.ones(1)
-    Q, _ = np.linalg.qr(rng.normal(size=(d, d)))
-    X = _feature_array(n, d, spare)
-    for lo in range(0, n, ROW_BLOCK):  # in row blocks: no temporaries the size of X
-        rows = min(ROW_BLOCK, n - lo)
-        np.matmul(rng.normal(size=(rows, d)) * scales, Q.T, out=X[lo:lo + rows])
-    if kind == "regression":
-        x_true = rng.normal(size=d)  # planted coefficients, N(0, 1) each
-        y = X @ x_true + o["noise"] * rng.normal(size=n)
-        return X, y, "regression", {"x_planted": x_true, "options": o}
-    K = o["classes"]
-    W = rng.normal(size=(K, d))
-    W /= np.linalg.norm(W, axis=1, keepdims=True)
-    Z = X @ W.T / np.sqrt(np.mean(scales**2))  # logits of unit scale, times sep
-    if math.isinf(o["sep"]):
-        y = np.argmax(Z, axis=1)
-    else:
-        Z = o["sep"] * Z
-        Z -= Z.max(axis=1, keepdims=True)
-        P = np.exp(Z)
-        P /= P.sum(axis=1, keepdims=True)
-        u = rng.random(n)[:, None]
-        y = np.minimum((np.cumsum(P, axis=1) < u).sum(axis=1), K - 1)
-    return X, y.astype(np.float64), "classification", {"options": o}
+class SyntheticRows:
+    """Rows of a synthetic data set; block b of SYNTHETIC_BLOCK rows draws from its own stream
+    (purpose "data", worker 1 + b), so any block is generated without the ones before it."""
+
+    streamed = True
+    labels = None
+    block_rows = SYNTHETIC_BLOCK
+
+    def __init__(self, spec: str, kind: str, options: dict, seed: int):
+        if kind not in SYNTHETIC_KINDS:
+            raise ValueError(f"unknown synthetic kind {kind!r} in {spec!r}; known: {', '.join(SYNTHETIC_KINDS)}")
+        defaults = SYNTHETIC_KINDS[kind]
+        _check_keys(spec, options, defaults)
+        o = dict(defaults)
+        for key, text in options.items():
+            typ = int if key in ("n", "d", "classes") else float
+            low = {"n": 2, "d": 1, "classes": 2, "cond": 1.0, "noise": 0.0, "sep": 0.0}[key]
+            o[key] = _number(spec, key, text, typ, low)
+        self.kind, self.options, self.seed = kind, o, seed
+        self.rows, self.features = o["n"], o["d"]
+        d = self.features
+        # features with covariance Q diag(s^2) Q^T, s^2 geometric from 1 down to 1/cond
+        self.scales = np.sqrt(np.geomspace(1.0, 1.0 / o["cond"], d)) if d > 1 else np.ones(1)
+        rng = stream(seed, "data", 0, _GENERATE)  # what all blocks share
+        self.Q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+        if kind == "regression":
+            self.x_true = rng.normal(size=d)  # planted coefficients, N(0, 1) each
+        else:
+            W = rng.normal(size=(o["classes"], d))
+            self.W = W / np.linalg.norm(W, axis=1, keepdims=True)
+        self.task = kind
+        self.extra = {"options": o} if kind == "classification" else {"x_planted": self.x_true, "options": o}
+
+    def block(self, b: int):
+        lo = b * self.block_rows
+        rows = min(self.block_rows, self.rows - lo)
+        rng = stream(self.seed, "data", 1 + b, _GENERATE)
+        X = (rng.normal(size=(rows, self.features)) * self.scales) @ self.Q.T
+        if self.kind == "regression":
+            return X, X @ self.x_true + self.options["noise"] * rng.normal(size=rows)
+        Z = X @ self.W.T / np.sqrt(np.mean(self.scales**2))  # logits of unit scale, times sep
+        K = self.options["classes"]
+        if math.isinf(self.options["sep"]):
+            y = np.argmax(Z, axis=1)
+        else:
+            Z = self.options["sep"] * Z
+            Z -= Z.max(axis=1, keepdims=True)
+            P = np.exp(Z)
+            P /= P.sum(axis=1, keepdims=True)
+            u = rng.random(rows)[:, None]
+            y = np.minimum((np.cumsum(P, axis=1) < u).sum(axis=1), K - 1)
+        return X, y.astype(np.float64)
 
 
 def _sklearn(spec: str, name: str, options: dict):
@@ -167,7 +197,7 @@ def _require_file(source: str, path: str) -> None:
         raise ValueError(f"{source} file {path!r} does not exist")
 
 
-def _libsvm(spec: str, path: str, options: dict, spare: int = 0):
+def _libsvm(spec: str, path: str, options: dict):
     _check_keys(spec, options, FILE_OPTIONS["libsvm"])
     _require_file("libsvm", path)
     labels, rows, cols, vals = [], [], [], []
@@ -221,7 +251,7 @@ def _libsvm(spec: str, path: str, options: dict, spare: int = 0):
         if want < p:
             raise ValueError(f"libsvm file {path!r}: features={want} but the file uses {p} features")
         p = want
-    X = _feature_array(len(labels), max(p, 1), spare, np.zeros)
+    X = np.zeros((len(labels), max(p, 1)))
     X[np.asarray(rows, dtype=np.int64), cols] = vals
     return X, np.asarray(labels), None, {"zero_based": bool(zero_based)}
 
@@ -295,54 +325,80 @@ def _csv(spec: str, path: str, options: dict):
     return X, y, None, {"feature_names": names, "label_column": label_col, "_lines": first_data_line}
 
 
-def _arrays(source: str, spec: str, path: str, options: dict):
-    _check_keys(spec, options, FILE_OPTIONS[source])
-    _require_file(source, path)
+def _npz(spec: str, path: str, options: dict):
+    _check_keys(spec, options, FILE_OPTIONS["npz"])
+    _require_file("npz", path)
     try:
-        if source == "npz":
-            with np.load(path, allow_pickle=False) as archive:
-                keys = list(archive.keys())
-                if "X" not in keys or "y" not in keys:
-                    raise ValueError(f"npz file {path!r} must hold arrays 'X' and 'y', found: {', '.join(keys) or 'none'}")
-                X, y = archive["X"], archive["y"]
-        else:
-            import h5py
-
-            with h5py.File(path, "r") as fh:
-                keys = list(fh.keys())
-                if "X" not in keys or "y" not in keys:
-                    raise ValueError(f"hdf5 file {path!r} must hold datasets 'X' and 'y', found: {', '.join(keys) or 'none'}")
-                X, y = fh["X"][()], fh["y"][()]
+        with np.load(path, allow_pickle=False) as archive:
+            keys = list(archive.keys())
+            if "X" not in keys or "y" not in keys:
+                raise ValueError(f"npz file {path!r} must hold arrays 'X' and 'y', found: {', '.join(keys) or 'none'}")
+            X, y = archive["X"], archive["y"]
     except ValueError:
         raise
-    except Exception as exc:  # corrupt archive, not HDF5, ...
-        raise ValueError(f"{source} file {path!r} could not be read: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # corrupt archive, not a zip file, ...
+        raise ValueError(f"npz file {path!r} could not be read: {type(exc).__name__}: {exc}") from None
     for label, arr in (("X", X), ("y", y)):
-        if not np.issubdtype(np.asarray(arr).dtype, np.number) and np.asarray(arr).dtype != bool:
-            raise ValueError(f"{source} file {path!r}: {label} must be numeric, got dtype {np.asarray(arr).dtype}")
+        _check_numeric("npz", path, label, arr.dtype)
+    _check_shapes(f"npz file {path!r}", X.shape, y.shape)
     return np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64), None, {}
 
 
+def _check_numeric(source: str, path: str, label: str, dtype) -> None:
+    if not np.issubdtype(dtype, np.number) and dtype != bool:
+        raise ValueError(f"{source} file {path!r}: {label} must be numeric, got dtype {dtype}")
+
+
+class HDF5Rows:
+    """Datasets X (N, p) and y (N,) of an HDF5 file; X is read a block of rows at a time."""
+
+    streamed = True
+    block_rows = ROW_BLOCK
+    task, extra = None, {}
+
+    def __init__(self, spec: str, path: str, options: dict):
+        _check_keys(spec, options, FILE_OPTIONS["hdf5"])
+        _require_file("hdf5", path)
+        self.path = path
+        try:
+            with self._open() as fh:
+                keys = list(fh.keys())
+                if "X" not in keys or "y" not in keys:
+                    raise ValueError(f"hdf5 file {path!r} must hold datasets 'X' and 'y', found: {', '.join(keys) or 'none'}")
+                X, y = fh["X"], fh["y"]
+                for label, arr in (("X", X), ("y", y)):
+                    if not hasattr(arr, "dtype"):
+                        raise ValueError(f"hdf5 file {path!r}: {label} must be a dataset, found a group")
+                    _check_numeric("hdf5", path, label, arr.dtype)
+                _check_shapes(f"hdf5 file {path!r}", X.shape, y.shape)
+                self.rows, self.features = X.shape
+                self.labels = np.asarray(y[()], dtype=np.float64)
+        except ValueError:
+            raise
+        except Exception as exc:  # not an HDF5 file, ...
+            raise ValueError(f"hdf5 file {path!r} could not be read: {type(exc).__name__}: {exc}") from None
+
+    def _open(self):
+        import h5py
+
+        return h5py.File(self.path, "r")
+
+    def block(self, b: int):
+        with self._open() as fh:
+            rows = fh["X"][b * self.block_rows:(b + 1) * self.block_rows]
+        return np.asarray(rows, dtype=np.float64), None
+
+
 # -- checks and transformations ---------------------------------------------------------------------
-def _validate(where: str, X: np.ndarray, y: np.ndarray, lines=None) -> None:
-    if X.ndim != 2:
-        raise ValueError(f"{where}: dimension mismatch: X must be 2-d (examples x features), got shape {X.shape}")
-    if y.ndim != 1:
-        raise ValueError(f"{where}: dimension mismatch: y must be 1-d, got shape {y.shape}")
-    if X.shape[0] != y.shape[0]:
-        raise ValueError(f"{where}: dimension mismatch: X has {X.shape[0]} rows but y has {y.shape[0]} labels")
-    if X.shape[0] == 0 or X.shape[1] == 0:
-        raise ValueError(f"{where}: no data (X has shape {X.shape})")
-    bad = ~np.isfinite(X)
-    if bad.any():
-        row, col = map(int, np.argwhere(bad)[0])
-        line = f" (line {lines[row]})" if lines else ""
-        count = int(bad.sum())
-        raise ValueError(f"{where}: feature column {col} has a NaN/inf value at row {row}{line} "
-                         f"({count} non-finite value(s) in all); features must be finite")
-    bad = np.flatnonzero(~np.isfinite(y))
-    if bad.size:
-        raise ValueError(f"{where}: label at row {bad[0]} is {float(y[bad[0]])!r}; labels must be finite")
+def _check_shapes(where: str, X_shape: tuple, y_shape: tuple) -> None:
+    if len(X_shape) != 2:
+        raise ValueError(f"{where}: dimension mismatch: X must be 2-d (examples x features), got shape {X_shape}")
+    if len(y_shape) != 1:
+        raise ValueError(f"{where}: dimension mismatch: y must be 1-d, got shape {y_shape}")
+    if X_shape[0] != y_shape[0]:
+        raise ValueError(f"{where}: dimension mismatch: X has {X_shape[0]} rows but y has {y_shape[0]} labels")
+    if X_shape[0] == 0 or X_shape[1] == 0:
+        raise ValueError(f"{where}: no data (X has shape {X_shape})")
 
 
 def _convert_labels(where: str, y: np.ndarray, label_kind: str | None, task: str | None):
@@ -368,75 +424,227 @@ def _convert_labels(where: str, y: np.ndarray, label_kind: str | None, task: str
     return mapped, len(values), {f"{v:g}": i for i, v in enumerate(values)}
 
 
-def load_dataset(spec: str, *, standardize: bool = True, intercept: bool = True, test_fraction: float = 0.0,
-                 seed: int = 0, label_kind: str | None = None) -> Dataset:
-    """Load a data set by spec; label_kind converts labels for the problem ("binary": two classes to
-    -1/+1, "multiclass": to 0..K-1, "real": unchanged; None keeps the labels as loaded)."""
-    if label_kind is not None and label_kind not in LABEL_KINDS:
-        raise ValueError(f"label_kind must be one of {', '.join(LABEL_KINDS)} or None, got {label_kind!r}")
-    if not (isinstance(test_fraction, (int, float)) and 0.0 <= test_fraction < 1.0):
-        raise ValueError(f"test_fraction must be a number in [0, 1), got {test_fraction!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    source, name, options = _parse_spec(spec)
-    extra: dict = {}
-    lines = None
-    # Loaders that allocate their own array leave room for the intercept column when the training
-    # rows will be that very array (no test split): the transformation then needs no second copy.
-    spare = int(intercept and test_fraction == 0)
+class _Alone:
+    """The `share` of a data set opened by one process."""
+
+    rank, size = 0, 1
+
+    @staticmethod
+    def allgather(obj):
+        return [obj]
+
+
+def _open_rows(source: str, spec: str, name: str, options: dict, seed: int):
+    """(row source, where, task, extra, csv line numbers or None)."""
     if source == "synthetic":
-        X, y, task, extra = _synthetic(spec, name, options, stream(seed, "data", 0, _GENERATE), spare)
-        where = f"synthetic data {spec!r}"
-    elif source == "sklearn":
+        rows = SyntheticRows(spec, name, options, seed)
+        return rows, f"synthetic data {spec!r}", rows.task, rows.extra, None
+    if source == "hdf5":
+        return HDF5Rows(spec, name, options), f"hdf5 file {name!r}", None, {}, None
+    lines = None
+    if source == "sklearn":
         X, y, task, extra = _sklearn(spec, name, options)
         where = f"scikit-learn data set {name!r}"
     elif source == "libsvm":
-        X, y, task, extra = _libsvm(spec, name, options, spare)
+        X, y, task, extra = _libsvm(spec, name, options)
         where = f"libsvm file {name!r}"
     elif source == "csv":
         X, y, task, extra = _csv(spec, name, options)
         lines = extra.pop("_lines")
         where = f"csv file {name!r}"
     else:
-        X, y, task, extra = _arrays(source, spec, name, options)
-        where = f"{source} file {name!r}"
-    _validate(where, X, y, lines)
+        X, y, task, extra = _npz(spec, name, options)
+        where = f"npz file {name!r}"
+    _check_shapes(where, X.shape, y.shape)
+    return InMemoryRows(X, y), where, task, extra, lines
+
+
+def _survey(source, b: int, train: np.ndarray | None) -> dict:
+    """One block's labels (when they come with the rows), its first non-finite feature and the
+    moments (count, mean, sum of squared deviations) of its training rows' features."""
+    X, y = source.block(b)
+    bad = ~np.isfinite(X)
+    first_bad = None
+    if bad.any():  # the load fails: no moments
+        row, col = map(int, np.argwhere(bad)[0])
+        first_bad = (b * source.block_rows + row, col, int(bad.sum()))
+        X = X[:0]
+    elif train is not None:
+        X = X[train[b * source.block_rows:(b + 1) * source.block_rows]]
+    count = X.shape[0]
+    mean = X.mean(axis=0) if count else np.zeros(X.shape[1])  # no training rows: merging skips it
+    deviation = X - mean
+    return {"labels": y, "bad": first_bad, "count": count, "mean": mean,
+            "squares": np.einsum("ij,ij->j", deviation, deviation)}
+
+
+def _merged_moments(surveys: list) -> tuple[np.ndarray, np.ndarray]:
+    """Column mean and (population) standard deviation from the blocks' moments, merged in block
+    order (Chan et al.'s pairwise update): the same bits whichever process surveyed which block."""
+    count, mean, squares = 0, None, None
+    for s in surveys:
+        if s["count"] == 0:
+            continue
+        if mean is None:
+            count, mean, squares = s["count"], s["mean"], s["squares"]
+            continue
+        total = count + s["count"]
+        delta = s["mean"] - mean
+        mean = mean + delta * (s["count"] / total)
+        squares = squares + s["squares"] + delta * delta * (count * s["count"] / total)
+        count = total
+    return mean, np.sqrt(squares / count)
+
+
+def _transformed(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, intercept: bool) -> np.ndarray:
+    """(X - mean) / scale as a C-contiguous float64 array, with a last column of ones if `intercept`."""
+    k, p = X.shape
+    out = np.empty((k, p + int(intercept)))
+    np.divide(np.subtract(X, mean), scale, out=out[:, :p])
+    if intercept:
+        out[:, p] = 1.0
+    return out
+
+
+@dataclass
+class DataPlan:
+    """A data set whose labels, split, statistics and transformation are known and whose feature
+    rows are read on demand (`train_rows`, `test_rows`), a block of raw rows at a time: a process
+    holds only the rows it asks for (synthetic and HDF5 data; other sources are held whole)."""
+
+    name: str
+    y: np.ndarray  # (n_train,) training labels, converted
+    y_test: np.ndarray | None
+    classes: int
+    info: dict
+    source: object
+    train_raw: np.ndarray | None  # raw row of each training example (None: rows 0..N-1)
+    test_raw: np.ndarray | None
+    mean: np.ndarray
+    scale: np.ndarray
+    intercept: bool
+
+    @property
+    def n_train(self) -> int:
+        return self.y.shape[0]
+
+    @property
+    def n_test(self) -> int:
+        return 0 if self.y_test is None else self.y_test.shape[0]
+
+    @property
+    def features(self) -> int:
+        return self.mean.shape[0] + int(self.intercept)
+
+    @property
+    def streamed(self) -> bool:
+        return self.source.streamed
+
+    def train_rows(self, idx) -> np.ndarray:
+        """Transformed features of training examples idx (any order), (len(idx), features)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        return self._rows(idx if self.train_raw is None else self.train_raw[idx])
+
+    def test_rows(self, lo: int, hi: int) -> np.ndarray:
+        """Transformed features of test examples lo..hi-1."""
+        return self._rows(self.test_raw[lo:hi])
+
+    def _rows(self, raw: np.ndarray) -> np.ndarray:
+        out = np.empty((raw.size, self.features))
+        order = np.argsort(raw, kind="stable")
+        ordered = raw[order]
+        rows = self.source.block_rows
+        edges = np.searchsorted(ordered, np.arange(0, self.source.rows + rows, rows))
+        for b in np.flatnonzero(np.diff(edges)):
+            lo, hi = edges[b], edges[b + 1]
+            X, _ = self.source.block(int(b))
+            out[order[lo:hi]] = _transformed(X[ordered[lo:hi] - b * rows], self.mean, self.scale, self.intercept)
+        return out
+
+    def load(self) -> Dataset:
+        """Every row in memory."""
+        X_test = self.test_rows(0, self.n_test) if self.n_test else None
+        return Dataset(name=self.name, X=self.train_rows(np.arange(self.n_train)), y=self.y, X_test=X_test,
+                       y_test=self.y_test, classes=self.classes, info=self.info)
+
+
+def streamed_source(spec: str) -> bool:
+    """Whether `spec` names a source read a block at a time (every rank reads only its rows)."""
+    return isinstance(spec, str) and spec.split(":", 1)[0] in STREAMED_SOURCES
+
+
+def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True, test_fraction: float = 0.0,
+                 seed: int = 0, label_kind: str | None = None, share=None) -> DataPlan:
+    """A `DataPlan` of the data set `spec` (arguments as `load_dataset`). One pass over the rows
+    checks them and computes the labels and standardization statistics; with `share` (an object
+    with `rank`, `size` and `allgather(obj)`, e.g. an MPI backend; streamed sources only) the ranks
+    split that pass by blocks and every rank ends with the same plan."""
+    if label_kind is not None and label_kind not in LABEL_KINDS:
+        raise ValueError(f"label_kind must be one of {', '.join(LABEL_KINDS)} or None, got {label_kind!r}")
+    if not (isinstance(test_fraction, (int, float)) and 0.0 <= test_fraction < 1.0):
+        raise ValueError(f"test_fraction must be a number in [0, 1), got {test_fraction!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    source_name, name, options = _parse_spec(spec)
+    share = share if share is not None and source_name in STREAMED_SOURCES else _Alone
+    # Opening and the one pass over the rows (block b by rank b mod size) can fail on one rank
+    # alone (a file missing on one node): every rank still takes part in the allgather, with its
+    # error, so that every rank raises the first error and none waits.
+    failure, mine = None, []
+    try:
+        source, where, task, extra, lines = _open_rows(source_name, spec, name, options, seed)
+        N, raw_features = source.rows, source.features
+        n_test = int(round(test_fraction * N))
+        if test_fraction > 0 and not 1 <= n_test <= N - 2:
+            raise ValueError(f"test_fraction={test_fraction} leaves {N - n_test} training and {n_test} test "
+                             f"examples of {N}; both must be non-empty")
+        train_raw = test_raw = train = None
+        if n_test:
+            perm = stream(seed, "data", 0, _SPLIT).permutation(N)
+            test_raw, train_raw = np.sort(perm[:n_test]), np.sort(perm[n_test:])
+            train = np.ones(N, dtype=bool)
+            train[test_raw] = False
+        blocks = -(-N // source.block_rows)
+        mine = [_survey(source, b, train) for b in range(share.rank, blocks, share.size)]
+    except ValueError as exc:
+        failure = str(exc)
+    except OSError as exc:
+        failure = f"data set {spec!r} could not be read: {type(exc).__name__}: {exc}"
+    gathered = share.allgather((failure, mine))
+    failures = [f for f, _ in gathered if f]
+    if failures:
+        raise ValueError(failures[0])
+    surveys = [gathered[b % share.size][1][b // share.size] for b in range(blocks)]
+    bad = [s["bad"] for s in surveys if s["bad"]]
+    if bad:
+        row, col, _ = bad[0]
+        line = f" (line {lines[row]})" if lines else ""
+        count = sum(b[2] for b in bad)
+        raise ValueError(f"{where}: feature column {col} has a NaN/inf value at row {row}{line} "
+                         f"({count} non-finite value(s) in all); features must be finite")
+    y = source.labels if source.labels is not None else np.concatenate([s["labels"] for s in surveys])
+    bad_labels = np.flatnonzero(~np.isfinite(y))
+    if bad_labels.size:
+        raise ValueError(f"{where}: label at row {bad_labels[0]} is {float(y[bad_labels[0]])!r}; labels must be finite")
     y, classes, label_map = _convert_labels(where, y, label_kind, task)
 
-    N, raw_features = X.shape
-    n_test = int(round(test_fraction * N))
-    if test_fraction > 0 and not 1 <= n_test <= N - 2:
-        raise ValueError(f"test_fraction={test_fraction} leaves {N - n_test} training and {n_test} test examples "
-                         f"of {N}; both must be non-empty")
-    if n_test:
-        perm = stream(seed, "data", 0, _SPLIT).permutation(N)
-        test_idx, train_idx = np.sort(perm[:n_test]), np.sort(perm[n_test:])
-        X_train, y_train, X_test, y_test = X[train_idx], y[train_idx], X[test_idx], y[test_idx]
-    else:
-        X_train, y_train, X_test, y_test = X, y, None, None
-    del X  # from here on only the split parts are kept
-
-    info = {"source": spec, "kind": source, "standardized": bool(standardize), "intercept": bool(intercept),
+    info = {"source": spec, "kind": source_name, "standardized": bool(standardize), "intercept": bool(intercept),
             "test_fraction": float(test_fraction), "seed": int(seed), "label_kind": label_kind,
-            "n_train": int(X_train.shape[0]), "n_test": int(n_test), "raw_features": int(raw_features)}
+            "n_train": int(N - n_test), "n_test": int(n_test), "raw_features": int(raw_features)}
     if label_map is not None:
         info["label_map"] = label_map
     if "feature_names" in extra and extra["feature_names"] is not None:
         info["feature_names"] = extra["feature_names"]
     if "zero_based" in extra:
         info["zero_based"] = extra["zero_based"]
-    if source == "synthetic":
+    if source_name == "synthetic":
         info["synthetic"] = extra["options"]
 
     mean = np.zeros(raw_features)
     scale = np.ones(raw_features)
     if standardize:
-        mean, std = _column_mean_std(X_train)
+        mean, std = _merged_moments(surveys)
         scale = np.where(std > 0, std, 1.0)  # constant columns are centered only
-    if standardize or intercept:
-        X_train = _transformed(X_train, mean, scale, intercept)
-        if X_test is not None:
-            X_test = _transformed(X_test, mean, scale, intercept)
     if "x_planted" in extra and (intercept or not standardize):
         # X x = Xs (scale * x) + mean^T x: the planted solution in the transformed coordinates
         planted = extra["x_planted"] * scale
@@ -445,40 +653,19 @@ def load_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
         info["x_planted"] = planted.tolist()
 
     def c64(a):
-        return None if a is None else np.ascontiguousarray(a, dtype=np.float64)
+        return np.ascontiguousarray(a, dtype=np.float64)
 
-    return Dataset(name=spec, X=c64(X_train), y=c64(y_train), X_test=c64(X_test), y_test=c64(y_test),
-                   classes=int(classes), info=info)
-
-
-def _column_mean_std(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-column mean and (population) standard deviation, the deviations summed in row blocks."""
-    mean = X.mean(axis=0)
-    squares = np.zeros(X.shape[1])
-    for lo in range(0, X.shape[0], ROW_BLOCK):
-        deviation = X[lo:lo + ROW_BLOCK] - mean
-        squares += np.einsum("ij,ij->j", deviation, deviation)
-    return mean, np.sqrt(squares / X.shape[0])
+    y_train, y_test = (c64(y[train_raw]), c64(y[test_raw])) if n_test else (c64(y), None)
+    return DataPlan(name=spec, y=y_train, y_test=y_test, classes=int(classes), info=info, source=source,
+                    train_raw=train_raw, test_raw=test_raw, mean=mean, scale=scale, intercept=bool(intercept))
 
 
-def _transformed(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, intercept: bool) -> np.ndarray:
-    """(X - mean) / scale as a C-contiguous float64 array, with a last column of ones if
-    `intercept`, written in row blocks. In place when X is the first columns of a buffer with room
-    for the intercept (`_feature_array`); otherwise the only large allocation is the result."""
-    N, p = X.shape
-    buffer = X.base
-    if (intercept and X.dtype == np.float64 and isinstance(buffer, np.ndarray)
-            and buffer.shape == (N, p + 1) and buffer.dtype == np.float64
-            and buffer.flags.c_contiguous and X.ctypes.data == buffer.ctypes.data):
-        out = buffer  # each block is read before it is overwritten: the same values as a copy
-    else:
-        out = np.empty((N, p + int(intercept)))
-    if intercept:
-        out[:, p] = 1.0
-    for lo in range(0, N, ROW_BLOCK):
-        block = slice(lo, lo + ROW_BLOCK)
-        np.divide(np.subtract(X[block], mean), scale, out=out[block, :p])
-    return out
+def load_dataset(spec: str, *, standardize: bool = True, intercept: bool = True, test_fraction: float = 0.0,
+                 seed: int = 0, label_kind: str | None = None) -> Dataset:
+    """Load a data set by spec; label_kind converts labels for the problem ("binary": two classes to
+    -1/+1, "multiclass": to 0..K-1, "real": unchanged; None keeps the labels as loaded)."""
+    return open_dataset(spec, standardize=standardize, intercept=intercept, test_fraction=test_fraction,
+                        seed=seed, label_kind=label_kind).load()
 
 
 # -- partition --------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import numpy as np
 
 from ordersim import engine
 from ordersim.constants import WorkerRows, worker_constants
-from ordersim.data import load_dataset, partition
+from ordersim.data import open_dataset, partition, streamed_source
 from ordersim.backend import SerialBackend
 from ordersim.checkpoint import StopRequest, checkpoint_path
 from ordersim.checkpoint import save as save_checkpoint
@@ -124,80 +124,90 @@ class Setup:
     data_info: dict
 
 
-def _load(config: Config):
-    """Data, problem and partition, or ConfigError naming the field at fault."""
+def _plan(config: Config, share) -> tuple:
+    """Problem, data plan, partition; or ConfigError naming the field at fault."""
     try:
         problem_cls = problem_class(config.problem)
     except ValueError as err:
         raise ConfigError(f"config field 'problem': {err}") from None
     try:
-        data = load_dataset(config.data, standardize=config.standardize, intercept=config.intercept,
+        plan = open_dataset(config.data, standardize=config.standardize, intercept=config.intercept,
                             test_fraction=config.test_fraction, seed=config.data_seed,
-                            label_kind=problem_cls.label_kind)
+                            label_kind=problem_cls.label_kind, share=share)
     except (ValueError, OSError) as err:
         raise ConfigError(f"config field 'data': {err}") from None
     try:
-        problem = make_problem(config.problem, data.X.shape[1], data.classes, **config.problem_options)
-        problem.check_labels(data.y)
+        problem = make_problem(config.problem, plan.features, plan.classes, **config.problem_options)
+        problem.check_labels(plan.y)
     except ValueError as err:
         raise ConfigError(f"config field 'problem_options': {err}") from None
     try:
-        shards, dropped = partition(data.y, config.workers, config.partition, alpha=config.alpha,
+        shards, dropped = partition(plan.y, config.workers, config.partition, alpha=config.alpha,
                                     seed=config.data_seed, remainder=config.remainder)
     except ValueError as err:
         raise ConfigError(f"config field 'workers': {err}") from None
     n = shards.shape[1]
     if n < 1:
         raise ConfigError(f"config field 'workers': {config.workers} workers leave no example per "
-                          f"worker ({data.X.shape[0]} training examples)")
+                          f"worker ({plan.n_train} training examples)")
     if config.batch > n:
         raise ConfigError(f"config field 'batch': {config.batch} is more than the {n} examples per worker")
-    return problem, data, shards, dropped
+    return problem, plan, shards, dropped
 
 
 def prepare(config: Config, backend: SerialBackend) -> Setup:
     """Load data, build the problem, partition, constants; ConfigError on bad input, on every rank.
 
-    Rank 0 alone reads (or generates) the data set and sends every rank only its workers' shards
-    and its part of the test split, so the other ranks never hold the whole data set.
+    No rank holds more of the data set than its workers' shards and test rows. Synthetic and HDF5
+    data are read by every rank, each only its rows (the pass that checks the rows and computes the
+    standardization statistics is split among the ranks); other sources are parsed or loaded by
+    rank 0, which sends every rank its rows. The constants are computed from per-worker sums.
     """
-    error, loaded = None, None
-    if backend.rank == 0:
+    streamed = streamed_source(config.data)
+    error, planned = None, None
+    if streamed or backend.rank == 0:
         try:
-            loaded = _load(config)
+            planned = _plan(config, backend)
         except ConfigError as err:
             error = str(err)
     error = backend.agree(error)
     if error:
         raise ConfigError(error)
-    meta = None
-    if backend.rank == 0:
-        problem, data, shards, dropped = loaded
-        test_rows = 0 if data.X_test is None else data.X_test.shape[0]
-        meta = dict(features=data.X.shape[1], classes=data.classes, shards=shards, dropped=dropped,
-                    info=dict(data.info), test_rows=test_rows)
-    meta = backend.bcast(meta)
-    shards = meta["shards"]
-    if backend.rank != 0:
-        problem = make_problem(config.problem, meta["features"], meta["classes"], **config.problem_options)
+    if not streamed:  # labels, partition and what the plan knows, from rank 0
+        if backend.rank == 0:
+            problem, plan, shards, dropped = planned
+            meta = dict(features=plan.features, classes=plan.classes, y=plan.y, y_test=plan.y_test,
+                        shards=shards, dropped=dropped, info=plan.info)
+        meta = backend.bcast(meta if backend.rank == 0 else None)
+        if backend.rank != 0:
+            problem = make_problem(config.problem, meta["features"], meta["classes"], **config.problem_options)
+            plan, shards, dropped = None, meta["shards"], meta["dropped"]
+        labels, test_labels, info, features = meta["y"], meta["y_test"], meta["info"], meta["features"]
+    else:
+        problem, plan, shards, dropped = planned
+        labels, test_labels, info, features = plan.y, plan.y_test, plan.info, plan.features
+
     per_rank = config.workers // backend.size
-    n, features = shards.shape[1], meta["features"]
+    n = shards.shape[1]
 
     def train_rows(rank):
         return shards[rank * per_rank:(rank + 1) * per_rank].reshape(-1)
 
-    A = backend.scatter_rows(lambda r: data.X[train_rows(r)], (per_rank * n, features))
-    y = backend.scatter_rows(lambda r: data.y[train_rows(r)], (per_rank * n,))
+    def rows_for(rank_rows, shape):  # this rank's rows: read here, or sent by rank 0
+        if streamed:
+            return rank_rows(backend.rank)
+        return backend.scatter_rows(None if plan is None else rank_rows, shape)
+
+    A = rows_for(lambda r: plan.train_rows(train_rows(r)), (per_rank * n, features))
+    y = np.ascontiguousarray(labels[train_rows(backend.rank)])
     test_A = test_y = None
-    test_bounds = np.linspace(0, meta["test_rows"], config.workers + 1).astype(np.int64)
-    if meta["test_rows"]:
+    test_rows = 0 if test_labels is None else test_labels.shape[0]
+    test_bounds = np.linspace(0, test_rows, config.workers + 1).astype(np.int64)
+    if test_rows:
         lo, hi = test_bounds[backend.first], test_bounds[backend.last]
-
-        def test_slice(rank):
-            return slice(test_bounds[rank * per_rank], test_bounds[(rank + 1) * per_rank])
-
-        test_A = backend.scatter_rows(lambda r: data.X_test[test_slice(r)], (hi - lo, features))
-        test_y = backend.scatter_rows(lambda r: data.y_test[test_slice(r)], (hi - lo,))
+        test_A = rows_for(lambda r: plan.test_rows(test_bounds[r * per_rank], test_bounds[(r + 1) * per_rank]),
+                          (hi - lo, features))
+        test_y = np.ascontiguousarray(test_labels[lo:hi])
     with warnings.catch_warnings():
         if backend.rank != 0:  # every rank runs the same solver: one copy of its warnings is enough
             warnings.simplefilter("ignore")
@@ -206,8 +216,8 @@ def prepare(config: Config, backend: SerialBackend) -> Setup:
     if config.schedule == "theory" and not (constants.get("mu") or 0) > 0:
         raise ConfigError("config field 'schedule': 'theory' needs a problem with mu > 0 (a PL or "
                           f"strongly convex problem); {config.problem} has mu = {constants.get('mu')}")
-    return Setup(config, backend, problem, A, y, n, shards, meta["dropped"], constants, test_A,
-                 test_y, test_bounds, meta["info"])
+    return Setup(config, backend, problem, A, y, n, shards, dropped, constants, test_A,
+                 test_y, test_bounds, info)
 
 
 def learning_rate(config: Config, epoch: int, setup: Setup) -> float:

@@ -38,34 +38,64 @@ def test_synthetic_planted_solution_follows_standardization():
 
 
 def test_block_wise_loading_matches_whole_array_numpy(monkeypatch):
-    """Generation, standardization and the intercept column run in row blocks (to bound memory);
-    with blocks smaller than the data they must give what the whole-array formulas give."""
+    """Synthetic rows come in blocks with a stream each; the survey and the transformation run in
+    row blocks (to bound memory). With several blocks they must give what the definition and the
+    whole-array formulas give."""
     from ordersim import data as data_module
     from ordersim.streams import stream
 
+    monkeypatch.setattr(data_module.SyntheticRows, "block_rows", 64)  # 16 blocks
     spec = "synthetic:regression?n=1000&d=5&cond=10"
-    whole = load_dataset(spec, test_fraction=0.1, seed=2)
-    monkeypatch.setattr(data_module, "ROW_BLOCK", 64)
-    blocks = load_dataset(spec, test_fraction=0.1, seed=2)
-    np.testing.assert_allclose(blocks.X, whole.X, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(blocks.X_test, whole.X_test, rtol=1e-12, atol=1e-12)
-    # the reference: the raw features drawn as one array, then the textbook transformation
+    # the definition: Q and x_true from the shared stream, block b's rows from stream 1 + b
     rng = stream(2, "data", 0, 0)
     scales = np.sqrt(np.geomspace(1.0, 0.1, 5))
     Q, _ = np.linalg.qr(rng.normal(size=(5, 5)))
-    raw = (rng.normal(size=(1000, 5)) * scales) @ Q.T
-    np.testing.assert_allclose(load_dataset(spec, standardize=False, intercept=False, seed=2).X, raw,
-                               rtol=1e-12, atol=1e-12)
+    x_true = rng.normal(size=5)
+    raw, labels = [], []
+    for b, lo in enumerate(range(0, 1000, 64)):
+        block = stream(2, "data", 1 + b, 0)
+        raw.append((block.normal(size=(min(64, 1000 - lo), 5)) * scales) @ Q.T)
+        labels.append(raw[-1] @ x_true + 0.1 * block.normal(size=raw[-1].shape[0]))
+    raw, labels = np.vstack(raw), np.concatenate(labels)
+    plain = load_dataset(spec, standardize=False, intercept=False, seed=2)
+    np.testing.assert_array_equal(plain.X, raw)
+    np.testing.assert_array_equal(plain.y, labels)
     perm = stream(2, "data", 0, 1).permutation(1000)
-    train = raw[np.sort(perm[100:])]
-    expected = np.hstack([(train - train.mean(axis=0)) / train.std(axis=0), np.ones((900, 1))])
-    np.testing.assert_allclose(blocks.X, expected, rtol=1e-12, atol=1e-12)
-    assert blocks.X.flags.c_contiguous and blocks.X_test.flags.c_contiguous
-    # no split: the generator leaves room for the intercept and the transformation runs in place
-    in_place = load_dataset(spec, seed=2)
-    assert in_place.X.flags.c_contiguous and in_place.X.flags.owndata
-    expected = np.hstack([(raw - raw.mean(axis=0)) / raw.std(axis=0), np.ones((1000, 1))])
-    np.testing.assert_allclose(in_place.X, expected, rtol=1e-12, atol=1e-12)
+    train, test = raw[np.sort(perm[100:])], raw[np.sort(perm[:100])]
+    mean, std = train.mean(axis=0), train.std(axis=0)
+    split = load_dataset(spec, test_fraction=0.1, seed=2)
+    np.testing.assert_allclose(split.X, np.hstack([(train - mean) / std, np.ones((900, 1))]),
+                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(split.X_test, np.hstack([(test - mean) / std, np.ones((100, 1))]),
+                               rtol=1e-12, atol=1e-12)
+    assert split.X.flags.c_contiguous and split.X_test.flags.c_contiguous
+    np.testing.assert_array_equal(split.y, labels[np.sort(perm[100:])])
+
+
+@pytest.mark.parametrize("spec_of", [lambda f: "synthetic:classification?n=700&d=4&classes=3",
+                                     lambda f: f"hdf5:{f}", lambda f: f"npz:{f}"])
+def test_plan_rows_are_the_loaded_rows(tmp_path, monkeypatch, spec_of):
+    """A rank asks the plan for its workers' rows in any order: bitwise the rows load() gives."""
+    from ordersim import data as data_module
+    from ordersim.data import open_dataset
+
+    monkeypatch.setattr(data_module.SyntheticRows, "block_rows", 64)
+    monkeypatch.setattr(data_module.HDF5Rows, "block_rows", 50)
+    monkeypatch.setattr(data_module.InMemoryRows, "block_rows", 50)
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(700, 4)), rng.integers(0, 3, size=700).astype(float)
+    with h5py.File(tmp_path / "d.h5", "w") as fh:
+        fh["X"], fh["y"] = X, y
+    np.savez(tmp_path / "d.npz", X=X, y=y)
+    spec = spec_of(tmp_path / ("d.h5" if "hdf5" in spec_of("") else "d.npz"))
+    plan = open_dataset(spec, test_fraction=0.2, seed=1, label_kind="multiclass")
+    data = plan.load()
+    assert plan.streamed == (not spec.startswith("npz"))
+    idx = rng.permutation(plan.n_train)[:333]
+    np.testing.assert_array_equal(plan.train_rows(idx), data.X[idx])
+    np.testing.assert_array_equal(plan.y[idx], data.y[idx])
+    np.testing.assert_array_equal(plan.test_rows(17, 101), data.X_test[17:101])
+    assert plan.train_rows(idx).flags.c_contiguous and plan.features == data.features == 5
 
 
 def test_synthetic_classification_separability():
