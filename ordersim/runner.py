@@ -130,12 +130,12 @@ def trace_is_complete(out: str, config) -> bool:
     """True when `out` holds a finished job of this config (and no checkpoint waits to resume)."""
     import h5py
 
-    if os.path.exists(checkpoint_path(out)) or not os.path.getsize(out):
+    if os.path.exists(checkpoint_path(out)) or not os.path.exists(out) or not os.path.getsize(out):
         return False
     try:
         with h5py.File(out, "r", locking=config.hdf5_locking) as f:
             return "end_time" in f.attrs and not config_differences(f.attrs["config"], config)
-    except OSError:  # not an HDF5 file (e.g. the empty file check_output created)
+    except OSError:  # not an HDF5 file (e.g. an empty file)
         return False
 
 

@@ -94,12 +94,16 @@ def default_out_path() -> str:
 
 
 def check_output(path: str) -> str | None:
-    """Try to create the output file (rank 0); the one-line error, or None."""
+    """Try to create the output file (rank 0); the one-line error, or None. A file made by the try
+    is removed again, so that a config error found later leaves nothing behind."""
     try:
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
+        existed = os.path.exists(path)
         with open(path, "ab"):
             pass
+        if not existed:
+            os.remove(path)
     except OSError as err:
         return f"config field 'out': {path!r} is not writable ({err.strerror})"
     return None

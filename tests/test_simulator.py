@@ -126,6 +126,36 @@ def test_two_workers_per_rank_match_serial(tmp_path):
     assert_bitwise_equal(contents(serial), contents(mpi))
 
 
+@pytest.mark.parametrize("source", ["hdf5", "npz"])
+def test_every_source_gives_the_serial_trace_on_2_and_4_ranks(tmp_path, source):
+    """Each rank reads its own rows of an HDF5 file (3 blocks: at 4 ranks one rank surveys none),
+    or gets them from rank 0 (npz); with a test split and a shuffled partition the rows of every
+    rank come from every block. Constants, test metrics and training must match serial bitwise."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(9000, 6)) * np.arange(1, 7)
+    y = np.where(X @ rng.normal(size=6) + rng.normal(size=9000) > 0, 1.0, -1.0)
+    path = tmp_path / f"data.{'h5' if source == 'hdf5' else 'npz'}"
+    if source == "hdf5":
+        with h5py.File(path, "w") as fh:
+            fh["X"], fh["y"] = X, y
+    else:
+        np.savez(path, X=X, y=y)
+    args = ["--data", f"{source}:{path}", "--test-fraction", "0.1", "--partition", "shuffled",
+            "--epochs", "1", "--workers", "4", "--batch", "4", "--seeds", "0", "--quiet",
+            "--orderers", "rr", "cd-grab"]
+    serial = tmp_path / "serial.h5"
+    result = run_serial([*args, "--out", str(serial), "--cache-dir", str(tmp_path / "c1")])
+    assert result.returncode == 0, result.stderr
+    expected = contents(serial)
+    assert np.isfinite(expected[("rr", "seed_0", "test_loss")]).all()
+    assert np.isfinite(expected[("rr", "seed_0", "attrs")]["f_star"])
+    for ranks in (2, 4):
+        out = tmp_path / f"mpi{ranks}.h5"
+        result = run_mpi(ranks, ["-m", "ordersim", *args, "--out", str(out), "--cache-dir", str(tmp_path / f"c{ranks}")])
+        assert result.returncode == 0, result.stderr
+        assert_bitwise_equal(expected, contents(out))
+
+
 @pytest.mark.parametrize("args, field", [
     (["--orderers", "rr", "nope"], "orderers"),
     (["--lr", "-1"], "lr"),
@@ -156,6 +186,22 @@ def test_config_error_exits_2_on_every_rank_under_mpi(tmp_path, ranks):
     assert result.returncode == 2
     assert result.stderr.count("'orderers'") == 1  # printed once, by rank 0
     assert time.monotonic() - start < 60
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_bad_row_found_by_one_rank_is_a_config_error_on_every_rank(tmp_path, ranks):
+    """Row 5000 is in block 1, which rank 1 alone checks: every rank must stop with its error."""
+    X = np.ones((9000, 3))
+    X[5000, 2] = np.nan
+    with h5py.File(tmp_path / "bad.h5", "w") as fh:
+        fh["X"], fh["y"] = X, np.where(np.arange(9000) % 2, 1.0, -1.0)
+    result = run_mpi(ranks, ["-m", "ordersim", "--data", f"hdf5:{tmp_path / 'bad.h5'}", "--workers", str(ranks),
+                             "--out", str(tmp_path / "x.h5")], timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("config field 'data'") == 1  # printed once, by rank 0
+    assert "feature column 2 has a NaN/inf value at row 5000" in result.stderr
+    assert not (tmp_path / "x.h5").exists()  # nothing left behind
 
 
 FAILING_PROBLEM = textwrap.dedent('''
