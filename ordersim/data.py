@@ -364,7 +364,8 @@ class HDF5Rows:
             with self._open() as fh:
                 keys = list(fh.keys())
                 if "X" not in keys or "y" not in keys:
-                    raise ValueError(f"hdf5 file {path!r} must hold datasets 'X' and 'y', found: {', '.join(keys) or 'none'}")
+                    raise ValueError(f"hdf5 file {path!r} must hold datasets 'X' and 'y', "
+                                     f"found: {', '.join(keys) or 'none'}")
                 X, y = fh["X"], fh["y"]
                 for label, arr in (("X", X), ("y", y)):
                     if not hasattr(arr, "dtype"):

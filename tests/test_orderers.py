@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ordersim.orderers import available_orderers, make_orderer, orderer_class
-from reference.orderers import REFERENCES, drive, herding, herding_reorder
+from reference.orderers import REFERENCES, drive, herding, herding_reorder, lane_dot
 
 ROOT = Path(__file__).resolve().parents[1]
 ORDERERS = sorted(available_orderers())
@@ -70,6 +70,25 @@ def assert_valid_orders(name, orders, n):
                 f"{name} epoch {epoch}: a row is not a permutation of 0..{n - 1}:\n{order}")
 
 
+def test_dot_with_difference_sums_as_the_reference():
+    """The vector kernel must give lane_dot's bits: the sign decisions of the references depend
+    on them (its plain-Python form: test_kernels_run_without_jit, d = 37)."""
+    from numba import njit
+
+    from ordersim.orderers._dot import dot_with_difference
+
+    dot = njit(lambda s, a, b: dot_with_difference(s, a, b))
+    rng = np.random.default_rng(7)
+    for d in (1, 15, 16, 17, 37, 128, 131, 512):
+        s, a, b = rng.standard_normal((3, d)) * rng.uniform(0.1, 1e3, (3, d))
+        want = lane_dot(s, a - b)
+        assert dot(s, a, b) == want, d
+        # the rows of a 3-d array and slices of a flat one, as the kernels pass them
+        G = rng.standard_normal((2, 3, d))
+        flat = rng.standard_normal(4 * d)
+        assert dot(flat[d:2 * d], G[1, 0], G[0, 2]) == lane_dot(flat[d:2 * d], G[1, 0] - G[0, 2])
+
+
 # -- conformance against the references ----------------------------------------------------------
 # (m, n, d, b): n = 1 and 2, n even and odd, b = 1, odd, even, b = n, b not dividing n, d up to 512.
 SHAPES = [
@@ -86,6 +105,7 @@ SHAPES = [
     (3, 13, 64, 13),
     (8, 11, 2, 4),
     (8, 6, 16, 1),
+    (3, 10, 37, 2),  # 16-lane blocks and a tail in the dot product
 ]
 OPTION_SETS = {
     "det-plus-random": {},
@@ -520,9 +540,9 @@ NO_JIT_SCRIPT = textwrap.dedent("""
     rng = np.random.default_rng(0)
     for name, m in (("cd-grab", 3), ("d-grab", 2), ("greedy", 2), ("pair-grab", 1), ("d-grab-pair", 2)):
         for n, b, options in ((7, 2, {}), (6, 1, {"sign": "walk", "walk_c": 1.0, "tie": "minus"})):
-            grads = [rng.standard_normal((m, n, 3)) for _ in range(3)]
-            got = drive(make_orderer(name, m, n, 3, seed=1, **options), grads, b)
-            want = REFERENCES[name](m, n, 3, 1, grads, **options)
+            grads = [rng.standard_normal((m, n, 37)) for _ in range(3)]  # 16-lane blocks and a tail
+            got = drive(make_orderer(name, m, n, 37, seed=1, **options), grads, b)
+            want = REFERENCES[name](m, n, 37, 1, grads, **options)
             assert all(np.array_equal(g, w) for g, w in zip(got, want)), (name, n, b, options)
     print("no-jit ok")
 """)

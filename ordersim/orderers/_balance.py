@@ -14,6 +14,7 @@ cost a third of the balancing at d = 128.
 import numpy as np
 from numba import njit
 
+from ordersim.orderers._dot import dot_with_difference
 from ordersim.orderers._state import (FIRST_OWN_SLOT, N, OBSERVED, ORDER, StateBuffer, block, fits,
                                       state_kernel)
 
@@ -35,52 +36,6 @@ def choose_sign(dot, mode, tie_plus, walk_c, u):
         return -1.0
     p = 0.5 - dot / (2.0 * walk_c)
     return 1.0 if u < p else -1.0
-
-
-@njit(inline="always", error_model="numpy")
-def dot_with_difference(s, a, b):
-    """<s, a - b> in four interleaved partial sums added as (p0 + p1) + (p2 + p3): the same
-    association for every caller and array layout (so every backend signs alike), without the
-    one long dependency chain of a sequential sum, which bounded the kernels' speed.
-    two_dots_with_difference repeats this association for two rows: change both or neither."""
-    d = s.shape[0]
-    p0 = p1 = p2 = p3 = 0.0
-    k = 0
-    while k + 4 <= d:
-        p0 += s[k] * (a[k] - b[k])
-        p1 += s[k + 1] * (a[k + 1] - b[k + 1])
-        p2 += s[k + 2] * (a[k + 2] - b[k + 2])
-        p3 += s[k + 3] * (a[k + 3] - b[k + 3])
-        k += 4
-    while k < d:
-        p0 += s[k] * (a[k] - b[k])
-        k += 1
-    return (p0 + p1) + (p2 + p3)
-
-
-@njit(inline="always", error_model="numpy")
-def two_dots_with_difference(s, a, b, s2, a2, b2):
-    """dot_with_difference of two independent rows in one loop: each in its own four lanes with
-    the same association (the same bits), the two dependency chains interleaved so that the CPU
-    advances them side by side instead of waiting on one."""
-    d = s.shape[0]
-    p0 = p1 = p2 = p3 = q0 = q1 = q2 = q3 = 0.0
-    k = 0
-    while k + 4 <= d:
-        p0 += s[k] * (a[k] - b[k])
-        q0 += s2[k] * (a2[k] - b2[k])
-        p1 += s[k + 1] * (a[k + 1] - b[k + 1])
-        q1 += s2[k + 1] * (a2[k + 1] - b2[k + 1])
-        p2 += s[k + 2] * (a[k + 2] - b[k + 2])
-        q2 += s2[k + 2] * (a2[k + 2] - b2[k + 2])
-        p3 += s[k + 3] * (a[k + 3] - b[k + 3])
-        q3 += s2[k + 3] * (a2[k + 3] - b2[k + 3])
-        k += 4
-    while k < d:
-        p0 += s[k] * (a[k] - b[k])
-        q0 += s2[k] * (a2[k] - b2[k])
-        k += 1
-    return (p0 + p1) + (p2 + p3), (q0 + q1) + (q2 + q3)
 
 
 @njit(inline="always", error_model="numpy")
@@ -111,9 +66,8 @@ def mean_balance_observe(grads, state):
     grads (m, b, d) holds visit positions start..start+b-1 of each row. +1 examples fill row i of
     next_order from the left in arrival order, -1 examples from the right (reverse arrival order).
     The extra arrays are the previous epoch's means and this epoch's sums, (m, d) each.
-    Rows are independent, so they are walked two at a time (the dot products interleaved) and each
-    pair's state stays in cache for its b examples. Returns b, or -1 if grads do not fit (nothing
-    is changed then).
+    Rows are independent, so they are walked one at a time and each row's state stays in cache for
+    its b examples. Returns b, or -1 if grads do not fit (nothing is changed then).
     """
     if not fits(grads, state):
         return -1
@@ -125,27 +79,14 @@ def mean_balance_observe(grads, state):
     s, peaks = block(floats, RUNNING_SUM, state, m * d), block(floats, PEAKS, state, m * d)
     u, extra = block(floats, UNIFORMS, state, m * n), block(floats, EXTRA, state, 2 * m * d)
     mode, tie_plus, walk_c = state[MODE], state[TIE_PLUS] != 0, floats[WALK_C]
-    for i in range(0, m, 2):
-        last = min(i + 1, m - 1)  # with m odd the last row is walked alone
+    for i in range(m):
         row, peak = s[i * d:(i + 1) * d], peaks[i * d:(i + 1) * d]
         mean_prev, grad_sum = extra[i * d:(i + 1) * d], extra[(m + i) * d:(m + i + 1) * d]
-        row2, peak2 = s[last * d:(last + 1) * d], peaks[last * d:(last + 1) * d]
-        mean_prev2 = extra[last * d:(last + 1) * d]
-        grad_sum2 = extra[(m + last) * d:(m + last + 1) * d]
         for j in range(b):
-            t = start + j
-            g, g2 = grads[i, j], grads[last, j]
-            if last == i:
-                dot = dot_with_difference(row, g, mean_prev)
-                dot2 = 0.0
-            else:
-                dot, dot2 = two_dots_with_difference(row, g, mean_prev, row2, g2, mean_prev2)
-            mean_balance_step(i, t, dot, g, row, peak, mean_prev, grad_sum, n, order, next_order,
-                              left, right, walk_failures, u, mode, tie_plus, walk_c)
-            if last != i:
-                mean_balance_step(last, t, dot2, g2, row2, peak2, mean_prev2, grad_sum2, n, order,
-                                  next_order, left, right, walk_failures, u, mode, tie_plus,
-                                  walk_c)
+            g = grads[i, j]
+            mean_balance_step(i, start + j, dot_with_difference(row, g, mean_prev), g, row, peak, mean_prev,
+                              grad_sum, n, order, next_order, left, right, walk_failures, u, mode, tie_plus,
+                              walk_c)
     state[OBSERVED] = start + b
     return b
 
@@ -205,25 +146,13 @@ def pair_balance_observe(grads, state):
                     for k in range(d):
                         pending[i * d + k] = grads[i, j, k]
             continue
-        # independent rows go two at a time, their dot products interleaved (as mean balance)
-        for i in range(0, m, 1 if rows == 1 else 2):
-            other = i if rows == 1 else min(i + 1, m - 1)
+        for i in range(m):
             r = 0 if rows == 1 else i
             row, peak = s[r * d:(r + 1) * d], peaks[r * d:(r + 1) * d]
             # the pair's first gradient: in this call's buffer, or kept from the previous call
             first = grads[i, j - 1] if j > 0 else pending[i * d:(i + 1) * d]
-            if other == i:
-                dot = dot_with_difference(row, first, grads[i, j])
-                balance_pair(i, t, dot, row, peak, first, grads[i, j], n, order, next_order, left,
-                             right, walk_failures, u, mode, tie_plus, walk_c)
-                continue
-            row2, peak2 = s[other * d:(other + 1) * d], peaks[other * d:(other + 1) * d]
-            first2 = grads[other, j - 1] if j > 0 else pending[other * d:(other + 1) * d]
-            dot, dot2 = two_dots_with_difference(row, first, grads[i, j], row2, first2, grads[other, j])
-            balance_pair(i, t, dot, row, peak, first, grads[i, j], n, order, next_order, left, right,
-                         walk_failures, u, mode, tie_plus, walk_c)
-            balance_pair(other, t, dot2, row2, peak2, first2, grads[other, j], n, order, next_order,
-                         left, right, walk_failures, u, mode, tie_plus, walk_c)
+            balance_pair(i, t, dot_with_difference(row, first, grads[i, j]), row, peak, first, grads[i, j], n,
+                         order, next_order, left, right, walk_failures, u, mode, tie_plus, walk_c)
     state[OBSERVED] = start + b
     return b
 

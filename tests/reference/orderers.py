@@ -18,7 +18,7 @@ append one dict per epoch: ``walk_failures`` (int array (m,)) and ``discrepancy`
 
 Floating point: running sums are accumulated in visit order (s += eps * v), GraB's stale mean is
 the sum of the epoch's gradients accumulated example by example in visit order, then divided by n,
-and <s, v> is summed in four interleaved lanes (``lane_dot``), so the references take the same
+and <s, v> is summed in sixteen lanes (``lane_dot``), so the references take the same
 sign decisions as any implementation that does the same, exact ties included.
 """
 
@@ -44,13 +44,15 @@ def default_walk_c(total_examples, d):
 
 
 def lane_dot(s, v):
-    """<s, v> as the kernels sum it: lane l adds the terms k = l, l + 4, l + 8, ... in order (lane 0
-    also the last d mod 4 terms), and the result is (lane0 + lane1) + (lane2 + lane3)."""
+    """<s, v> as the kernels sum it (ordersim/orderers/_dot.py): lane l adds the terms k = l, l + 16,
+    l + 32, ... of the first 16 * (d // 16) in order; the lanes are added as
+    v_l = (lane_l + lane_{4+l}) + (lane_{8+l} + lane_{12+l}), then (v_0 + v_1) + (v_2 + v_3); the
+    last d mod 16 terms are added one at a time."""
     terms = s * v
-    whole = len(terms) // 4 * 4
-    lanes = [sum(terms[lane:whole:4], 0.0) for lane in range(4)]
-    lanes[0] = sum(terms[whole:], lanes[0])
-    return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+    whole = len(terms) // 16 * 16
+    lanes = [sum(terms[lane:whole:16], 0.0) for lane in range(16)]
+    vectors = [(lanes[i] + lanes[4 + i]) + (lanes[8 + i] + lanes[12 + i]) for i in range(4)]
+    return sum(terms[whole:], (vectors[0] + vectors[1]) + (vectors[2] + vectors[3]))
 
 
 class SignRule:
