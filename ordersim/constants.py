@@ -138,7 +138,7 @@ def row_statistics(rows: WorkerRows) -> RowStatistics:
 
     max_row_norm2 = float(np.max(rows.gather(max_norm2, 1)))
     moment = rows.mean(lambda w: rows.shard(w)[0].T @ rows.shard(w)[1] / n, p)
-    if p > GRAM_LIMIT:  # pragma: no cover - large p only
+    if p > GRAM_LIMIT:
         from scipy.sparse.linalg import LinearOperator, eigsh
 
         def product(v):

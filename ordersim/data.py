@@ -3,12 +3,14 @@
     load_dataset("synthetic:regression?n=2000&d=20&cond=100&noise=0.1")
     load_dataset("sklearn:breast_cancer", label_kind="binary", test_fraction=0.2, seed=1)
     load_dataset("libsvm:path/to/a1a.txt")   # also csv:PATH, npz:PATH (arrays X, y), hdf5:PATH (datasets X, y)
+    plan = open_dataset("hdf5:big.h5", test_fraction=0.1); A = plan.train_rows(rows)  # just those rows
     shards, dropped = partition(data.y, workers=4, scheme="dirichlet", alpha=0.1, seed=0)
 
-Randomness (ordersim.streams, purpose "data", worker 0): epoch 0 generates synthetic data, epoch 1
-draws the train/test split, epoch 2 the partition; so changing the split never changes the data,
-and the three never share random numbers. Every error is a one-line ValueError that names the
-file, line, row or column and what is allowed.
+Randomness (ordersim.streams, purpose "data"): worker 0, epoch 0 draws what all synthetic rows
+share, worker 1 + b, epoch 0 block b of synthetic rows; worker 0, epoch 1 the train/test split,
+epoch 2 the partition; so changing the split never changes the data, and they never share random
+numbers. Every error is a one-line ValueError that names the file, line, row or column and what
+is allowed.
 """
 
 from __future__ import annotations

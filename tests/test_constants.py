@@ -170,3 +170,24 @@ def test_constants_are_the_same_whether_rows_are_viewed_or_copied():
     copied = problem_constants(problem, reversed_data, perm[shards], cache_dir=False)
     for key, value in viewed.items():
         np.testing.assert_array_equal(copied[key], value, err_msg=key)
+
+
+def test_row_statistics_in_bands_and_without_a_gram_matrix(monkeypatch):
+    """The Gram matrix gathered a band of rows at a time, and (many features) Lanczos on A^T A v
+    products with no Gram matrix and no closed form: the same constants up to rounding."""
+    data = load_dataset("synthetic:regression?n=400&d=9&cond=30", seed=4)
+    problem = make_problem("least-squares", data.features, lam=1e-3)
+    shards, _ = partition(data.y, 4, "shuffled")
+    whole = problem_constants(problem, data, shards, cache_dir=False)
+    A = data.X[shards.ravel()]
+    eig = np.linalg.eigvalsh(A.T @ A / A.shape[0])
+    assert whole["L"] == pytest.approx(eig[-1] + 1e-3, rel=1e-12)
+    monkeypatch.setattr(constants, "GATHER_DOUBLES", 3 * 4 * data.features)  # bands of 3 rows
+    banded = problem_constants(problem, data, shards, cache_dir=False)
+    for key in ("L", "mu", "L_max", "f_star"):
+        assert banded[key] == pytest.approx(whole[key], rel=1e-12), key
+    monkeypatch.setattr(constants, "GRAM_LIMIT", 2)
+    lanczos = problem_constants(problem, data, shards, cache_dir=False)
+    assert lanczos["L"] == pytest.approx(whole["L"], rel=1e-10)
+    assert lanczos["mu"] == pytest.approx(1e-3)  # no Gram matrix: the smallest eigenvalue is taken as 0
+    np.testing.assert_allclose(lanczos["x_star"], whole["x_star"], rtol=1e-8, atol=1e-10)
