@@ -118,7 +118,6 @@ def _number(spec: str, key: str, text: str, kind: type, low: float, low_open: bo
 # and HDF5 sources read any block on demand, so every rank reads only the rows it needs; the others
 # are parsed or loaded whole.
 class InMemoryRows:
-    streamed = False
     block_rows = ROW_BLOCK
 
     def __init__(self, X: np.ndarray, y: np.ndarray):
@@ -133,7 +132,6 @@ class SyntheticRows:
     """Rows of a synthetic data set; block b of SYNTHETIC_BLOCK rows draws from its own stream
     (purpose "data", worker 1 + b), so any block is generated without the ones before it."""
 
-    streamed = True
     labels = None
     block_rows = SYNTHETIC_BLOCK
 
@@ -354,9 +352,7 @@ def _check_numeric(source: str, path: str, label: str, dtype) -> None:
 class HDF5Rows:
     """Datasets X (N, p) and y (N,) of an HDF5 file; X is read a block of rows at a time."""
 
-    streamed = True
     block_rows = ROW_BLOCK
-    task, extra = None, {}
 
     def __init__(self, spec: str, path: str, options: dict):
         _check_keys(spec, options, FILE_OPTIONS["hdf5"])
@@ -541,7 +537,7 @@ class DataPlan:
 
     @property
     def streamed(self) -> bool:
-        return self.source.streamed
+        return self.info["kind"] in STREAMED_SOURCES
 
     def train_rows(self, idx) -> np.ndarray:
         """Transformed features of training examples idx (any order), (len(idx), features)."""
