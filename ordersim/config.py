@@ -90,8 +90,9 @@ class Config:
                           "(s+1) | workers)", default=1)
     checkpoint_every: int = _help("also write a checkpoint every K epochs (0 = only when SIGTERM or "
                                   "SIGUSR1 arrives); resume with --resume", default=0)
-    hdf5_locking: bool = _help("let HDF5 lock the trace file while writing; --no-hdf5-locking on "
-                               "NFS/Lustre, which often lack the locks", default=True)
+    hdf5_locking: bool = _help("let HDF5 lock the files it opens (the trace, an hdf5: data set); "
+                               "--no-hdf5-locking on NFS/Lustre, which often lack the locks",
+                               default=True)
     backend: str = _help("serial (all workers in one process), mpi (ranks host workers), or auto "
                          "(mpi when there are several ranks)", default="auto")
     out: str = _help("output HDF5 file ('' = ordersim-<UTC time>.h5 in the current directory)",

@@ -354,10 +354,10 @@ class HDF5Rows:
 
     block_rows = ROW_BLOCK
 
-    def __init__(self, spec: str, path: str, options: dict):
+    def __init__(self, spec: str, path: str, options: dict, locking: bool):
         _check_keys(spec, options, FILE_OPTIONS["hdf5"])
         _require_file("hdf5", path)
-        self.path = path
+        self.path, self.locking = path, locking
         try:
             with self._open() as fh:
                 keys = list(fh.keys())
@@ -380,7 +380,7 @@ class HDF5Rows:
     def _open(self):
         import h5py
 
-        return h5py.File(self.path, "r")
+        return h5py.File(self.path, "r", locking=self.locking)
 
     def block(self, b: int):
         with self._open() as fh:
@@ -433,13 +433,13 @@ class _Alone:
         return [obj]
 
 
-def _open_rows(source: str, spec: str, name: str, options: dict, seed: int):
+def _open_rows(source: str, spec: str, name: str, options: dict, seed: int, hdf5_locking: bool):
     """(row source, where, task, extra, csv line numbers or None)."""
     if source == "synthetic":
         rows = SyntheticRows(spec, name, options, seed)
         return rows, f"synthetic data {spec!r}", rows.task, rows.extra, None
     if source == "hdf5":
-        return HDF5Rows(spec, name, options), f"hdf5 file {name!r}", None, {}, None
+        return HDF5Rows(spec, name, options, hdf5_locking), f"hdf5 file {name!r}", None, {}, None
     lines = None
     if source == "sklearn":
         X, y, task, extra = _sklearn(spec, name, options)
@@ -573,11 +573,13 @@ def streamed_source(spec: str) -> bool:
 
 
 def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True, test_fraction: float = 0.0,
-                 seed: int = 0, label_kind: str | None = None, share=None) -> DataPlan:
+                 seed: int = 0, label_kind: str | None = None, share=None,
+                 hdf5_locking: bool = True) -> DataPlan:
     """A `DataPlan` of the data set `spec` (arguments as `load_dataset`). One pass over the rows
     checks them and computes the labels and standardization statistics; with `share` (an object
     with `rank`, `size` and `allgather(obj)`, e.g. an MPI backend; streamed sources only) the ranks
-    split that pass by blocks and every rank ends with the same plan."""
+    split that pass by blocks and every rank ends with the same plan. `hdf5_locking=False` opens an
+    HDF5 data set without HDF5's file locks (NFS and Lustre often lack them)."""
     if label_kind is not None and label_kind not in LABEL_KINDS:
         raise ValueError(f"label_kind must be one of {', '.join(LABEL_KINDS)} or None, got {label_kind!r}")
     if not (isinstance(test_fraction, (int, float)) and 0.0 <= test_fraction < 1.0):
@@ -591,7 +593,7 @@ def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
     # error, so that every rank raises the first error and none waits.
     failure, mine = None, []
     try:
-        source, where, task, extra, lines = _open_rows(source_name, spec, name, options, seed)
+        source, where, task, extra, lines = _open_rows(source_name, spec, name, options, seed, hdf5_locking)
         N, raw_features = source.rows, source.features
         n_test = int(round(test_fraction * N))
         if test_fraction > 0 and not 1 <= n_test <= N - 2:

@@ -325,3 +325,28 @@ def test_partition_properties(N, m, scheme, classes, seed):
     assert shards.shape == (m, N // m) and dropped == N % m
     flat = shards.ravel()
     assert len(np.unique(flat)) == flat.size and flat.min(initial=0) >= 0 and flat.max(initial=0) < N
+
+
+def test_hdf5_data_set_opens_without_file_locks(tmp_path):
+    """hdf5_locking=False (config field hdf5_locking, for NFS/Lustre) must reach the reads of an
+    hdf5: data set: here another process holds the file's lock, which blocks a locking open."""
+    import subprocess
+    import sys
+
+    from ordersim.data import open_dataset
+
+    path = tmp_path / "d.h5"
+    with h5py.File(path, "w") as fh:
+        fh["X"], fh["y"] = np.arange(12.0).reshape(6, 2), np.arange(6.0)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, h5py; f = h5py.File(sys.argv[1], 'a'); "
+                               "print('locked', flush=True); time.sleep(120)", str(path)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ValueError, match="could not be read.*lock"):
+            load_dataset(f"hdf5:{path}", standardize=False, intercept=False)
+        data = open_dataset(f"hdf5:{path}", standardize=False, intercept=False, hdf5_locking=False).load()
+        np.testing.assert_array_equal(data.X, np.arange(12.0).reshape(6, 2))
+    finally:
+        holder.kill()
+        holder.wait()
