@@ -350,3 +350,19 @@ def test_hdf5_data_set_opens_without_file_locks(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_text_data_converted_to_hdf5_loads_the_same(tmp_path):
+    """docs/problems.md tells users to convert a large text data set to HDF5 (read per rank):
+    the converted file must give bitwise the same data, split and standardization."""
+    rng = np.random.default_rng(0)
+    lines = [f"{rng.choice([-1, 1])} " + " ".join(f"{j + 1}:{rng.normal():.6f}" for j in range(4))
+             for _ in range(50)]
+    (tmp_path / "big.txt").write_text("\n".join(lines) + "\n")
+    raw = load_dataset(f"libsvm:{tmp_path / 'big.txt'}", standardize=False, intercept=False)
+    with h5py.File(tmp_path / "big.h5", "w") as f:
+        f["X"], f["y"] = raw.X, raw.y
+    text = load_dataset(f"libsvm:{tmp_path / 'big.txt'}", test_fraction=0.2, label_kind="binary")
+    converted = load_dataset(f"hdf5:{tmp_path / 'big.h5'}", test_fraction=0.2, label_kind="binary")
+    for name in ("X", "y", "X_test", "y_test"):
+        np.testing.assert_array_equal(getattr(converted, name), getattr(text, name), err_msg=name)
