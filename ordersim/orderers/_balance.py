@@ -29,11 +29,14 @@ NEXT_ORDER, LEFT, RIGHT, WALK_FAILURES, RUNNING_SUM, PEAKS, UNIFORMS, EXTRA = ra
 
 
 @njit(inline="always", error_model="numpy")
-def choose_sign(dot, mode, tie_plus, walk_c, u):
+def choose_sign(i, dot, mode, tie_plus, walk_c, u, walk_failures):
+    """Row i's sign for dot = <s, v>; a walk step with |dot| > c counts as row i's failure."""
     if mode == SIGN_DETERMINISTIC:
         if dot < 0.0 or (dot == 0.0 and tie_plus):
             return 1.0
         return -1.0
+    if abs(dot) > walk_c:
+        walk_failures[i] += 1
     p = 0.5 - dot / (2.0 * walk_c)
     return 1.0 if u < p else -1.0
 
@@ -43,9 +46,7 @@ def mean_balance_step(i, t, dot, g, row, peak, mean_prev, grad_sum, n, order, ne
                       right, walk_failures, u, mode, tie_plus, walk_c):
     """Row i's example at visit position t, given dot = <s_i, g - mean_prev>: its sign, the update
     of s_i, of the peaks and of the epoch's gradient sum, and its place in the next order."""
-    eps = choose_sign(dot, mode, tie_plus, walk_c, u[i * n + t])
-    if mode == SIGN_WALK and abs(dot) > walk_c:
-        walk_failures[i] += 1
+    eps = choose_sign(i, dot, mode, tie_plus, walk_c, u[i * n + t], walk_failures)
     for k in range(row.shape[0]):
         value = row[k] + eps * (g[k] - mean_prev[k])
         row[k] = value
@@ -96,9 +97,7 @@ def balance_pair(i, t, dot, row, peak, first, second, n, order, next_order, left
                  walk_failures, u, mode, tie_plus, walk_c):
     """Row i's pair ending at visit position t, given dot = <s, v> with v = first - second: its
     sign, s += eps v, peak = max(peak, |s|), and both examples' places in the next order."""
-    eps = choose_sign(dot, mode, tie_plus, walk_c, u[i * n + t // 2])
-    if mode == SIGN_WALK and abs(dot) > walk_c:
-        walk_failures[i] += 1
+    eps = choose_sign(i, dot, mode, tie_plus, walk_c, u[i * n + t // 2], walk_failures)
     for k in range(row.shape[0]):
         value = row[k] + eps * (first[k] - second[k])
         row[k] = value
