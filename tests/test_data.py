@@ -72,30 +72,40 @@ def test_block_wise_loading_matches_whole_array_numpy(monkeypatch):
     np.testing.assert_array_equal(split.y, labels[np.sort(perm[100:])])
 
 
-@pytest.mark.parametrize("spec_of", [lambda f: "synthetic:classification?n=700&d=4&classes=3",
-                                     lambda f: f"hdf5:{f}", lambda f: f"npz:{f}"])
-def test_plan_rows_are_the_loaded_rows(tmp_path, monkeypatch, spec_of):
-    """A rank asks the plan for its workers' rows in any order: bitwise the rows load() gives."""
+@pytest.mark.parametrize("source", ["synthetic", "hdf5", "npz"])
+def test_plan_rows_are_the_loaded_rows(tmp_path, monkeypatch, source):
+    """A rank asks the plan for its workers' rows in any order: bitwise the rows load() gives,
+    and (files) the textbook transformation of the file's rows, read over several blocks."""
     from ordersim import data as data_module
     from ordersim.data import open_dataset
+    from ordersim.streams import stream
 
     monkeypatch.setattr(data_module.SyntheticRows, "block_rows", 64)
     monkeypatch.setattr(data_module.HDF5Rows, "block_rows", 50)
     monkeypatch.setattr(data_module.InMemoryRows, "block_rows", 50)
     rng = np.random.default_rng(0)
-    X, y = rng.normal(size=(700, 4)), rng.integers(0, 3, size=700).astype(float)
+    X, y = rng.normal(size=(700, 4)) * [1, 2, 3, 4], rng.integers(0, 3, size=700).astype(float)
     with h5py.File(tmp_path / "d.h5", "w") as fh:
         fh["X"], fh["y"] = X, y
     np.savez(tmp_path / "d.npz", X=X, y=y)
-    spec = spec_of(tmp_path / ("d.h5" if "hdf5" in spec_of("") else "d.npz"))
+    spec = {"synthetic": "synthetic:classification?n=700&d=4&classes=3", "hdf5": f"hdf5:{tmp_path / 'd.h5'}",
+            "npz": f"npz:{tmp_path / 'd.npz'}"}[source]
     plan = open_dataset(spec, test_fraction=0.2, seed=1, label_kind="multiclass")
     data = plan.load()
-    assert plan.streamed == (not spec.startswith("npz"))
+    assert plan.streamed == (source != "npz")
     idx = rng.permutation(plan.n_train)[:333]
     np.testing.assert_array_equal(plan.train_rows(idx), data.X[idx])
     np.testing.assert_array_equal(plan.y[idx], data.y[idx])
     np.testing.assert_array_equal(plan.test_rows(17, 101), data.X_test[17:101])
     assert plan.train_rows(idx).flags.c_contiguous and plan.features == data.features == 5
+    if source != "synthetic":
+        perm = stream(1, "data", 0, 1).permutation(700)
+        train, test = X[np.sort(perm[140:])], X[np.sort(perm[:140])]
+        mean, std = train.mean(axis=0), train.std(axis=0)
+        np.testing.assert_allclose(plan.train_rows(idx)[:, :4], ((train - mean) / std)[idx], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(plan.test_rows(17, 101)[:, :4], ((test - mean) / std)[17:101], rtol=1e-12,
+                                   atol=1e-12)
+        np.testing.assert_array_equal(plan.y, y[np.sort(perm[140:])])
 
 
 def test_synthetic_classification_separability():
