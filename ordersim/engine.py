@@ -9,6 +9,7 @@ import numpy as np
 from numba import config, njit, types
 from numba.core.types.function_type import CompileResultWAP
 
+from ordersim.jit_clock import seconds
 from ordersim.orderers._state import OBSERVE_ARGS, state_kernel
 from ordersim.prefetch import prefetch_row
 
@@ -201,6 +202,45 @@ def pack_rows(grads, count):
             source, target = (w * b + r) * d, (w * count + r) * d
             for k in range(d):
                 flat[target + k] = flat[source + k]
+
+
+@njit(error_model="numpy", _nrt=False)  # takes the problem's kernel: not cacheable (numba#2956)
+def serial_epoch(observe, state, store, batch_grads, x, velocity, A, y, params, order, n, b, lr,
+                 momentum, weight_decay, grads_out, idx, scratch, total, history, coef, coded,
+                 first_step, losses, timers):
+    """The serial backend's epoch, one jitted call: serial_steps a chunk at a time and, with
+    ``store``, observe(chunk's gradients, state) after each (observe: ``first_class(kernel)``).
+
+    grads_out (m, chunk b, d) holds a chunk's gradients: small enough to stay in the L2 cache from
+    the steps that write it to the orderer that reads it (a chunk of 8 MB cost cd-grab ~25 % of
+    rr's epoch, a chunk of 32 steps ~10 %, docs/performance.md). Without ``store`` the epoch is
+    one chunk. losses[k]: the mean loss of the epoch's step k; coef: the epoch's coefficients of a
+    decoded update (serial_steps). timers (2,) accumulates compute and ordering seconds. Returns
+    the steps done, or -(steps done, the diverging one included) - 1 when x stopped being finite.
+    """
+    m, d = grads_out.shape[0], grads_out.shape[2]
+    chunk = -(-grads_out.shape[1] // b) if store else losses.shape[0]
+    pos = k = 0
+    while pos < n:
+        steps = min(chunk, -(-(n - pos) // b))
+        start = seconds()
+        done = serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b, lr,
+                            momentum, weight_decay, store, grads_out, idx, scratch, total, history,
+                            coef[k:k + steps], coded, first_step + k, losses[k:k + steps])
+        computed = seconds()
+        timers[0] += computed - start
+        if done < 0:
+            return done - k
+        if store:
+            if done == grads_out.shape[1]:
+                observe(grads_out, state)
+            else:  # the epoch's short last chunk: a C-contiguous (m, done, d) view, as observe wants
+                pack_rows(grads_out, done)
+                observe(grads_out.reshape(-1)[:m * done * d].reshape((m, done, d)), state)
+            timers[1] += seconds() - computed
+        pos += done
+        k += steps
+    return k
 
 
 @state_kernel

@@ -30,8 +30,11 @@ from ordersim.trace import NoTrace, TraceWriter
 from problems import make_problem, problem_class
 
 NO_COEFFICIENTS = np.zeros((1, 1, 1))  # the coef argument of plain (not decoded) updates
-# Bound on the doubles a chunk buffer holds (gradients kept for the orderer, herding step sums).
+# Bound on the doubles a chunk buffer holds (herding's step sums).
 CHUNK_DOUBLES = 1 << 20
+# The serial backend's gradients for the orderer, per chunk of steps: 256 KB stay in L2 between
+# the steps that write them and the orderer that reads them (docs/performance.md).
+OBSERVE_CHUNK_DOUBLES = 1 << 15
 
 
 def check_fields(config: Config, ranks: int) -> Config:
@@ -332,29 +335,26 @@ class Run:
     def _serial_epoch(self, epoch, order, lr, coef):
         s, config = self.setup, self.setup.config
         m, n, b, d = self.m, self.n, self.b, self.d
+        # One jitted call per epoch (engine.serial_epoch); the orderer observes the gradients a
+        # chunk of OBSERVE_CHUNK_DOUBLES at a time, from inside it.
         store = self.orderer.needs_gradients
-        chunk = max(1, CHUNK_DOUBLES // (m * b * d)) if store else self.steps_per_epoch
+        chunk = max(1, OBSERVE_CHUNK_DOUBLES // (m * b * d))
         grads_out = np.empty((m, min(chunk * b, n), d) if store else (1, 1, 1))
-        scratch = np.empty((b, d))
+        observe = engine.first_class(self.orderer.kernel if store else engine.no_observer)
+        state = self.orderer.state if store else np.zeros(1, dtype=np.int64)
         history, coef, coded = self._update_inputs(coef)
-        losses = np.empty(chunk)
-        common = (s.problem.batch_grads, self.x, self.velocity, s.A, s.y, s.problem.params, order, n)
-        pos = k = 0
-        while pos < n:
-            steps = min(chunk, -(-(n - pos) // b))
-            done = self.timed("compute_time", engine.serial_steps, *common, pos, steps, b, lr,
-                              config.momentum, config.weight_decay, store, grads_out, self.idx,
-                              scratch, np.empty(d), history, coef[k:k + steps], coded, self.step,
-                              losses)
-            if done < 0:  # diverged: the steps up to the diverging one are traced, as under MPI
-                self._record_steps(epoch, losses[:-done - 1])
-                return False
-            self._record_steps(epoch, losses[:steps])
-            if store:
-                self.timed("order_time", self.orderer.observe, grads_out[:, :done])
-            pos += done
-            k += steps
-        return True
+        losses = np.empty(self.steps_per_epoch)
+        timers = np.zeros(2)
+        done = engine.serial_epoch(observe, state, store, s.problem.batch_grads, self.x,
+                                   self.velocity, s.A, s.y, s.problem.params, order, n, b, lr,
+                                   config.momentum, config.weight_decay, grads_out, self.idx,
+                                   np.empty((b, d)), np.empty(d), history, coef, coded, self.step,
+                                   losses, timers)
+        # diverged: the steps up to the diverging one are traced, as under MPI
+        self._record_steps(epoch, losses[:done if done >= 0 else -done - 1])
+        self.timers["compute_time"] += timers[0]
+        self.timers["order_time"] += timers[1]
+        return done >= 0
 
     def _mpi_epoch(self, epoch, order, lr, coef):
         s, config = self.setup, self.setup.config

@@ -1,5 +1,7 @@
 """The simulator's step kernels (ordersim.engine) against plain NumPy references."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -65,6 +67,90 @@ def test_serial_steps_report_divergence():
                                np.zeros((1, 1, 1)), False, 0, np.empty(N_LOCAL))
     assert done == -2, "the first step diverged: -1 - (steps done, the diverging one included)"
     assert not np.all(np.isfinite(x))
+
+
+def run_serial_epoch(orderer_name, A, y, orders, problem, b, lr, chunk_steps):
+    """One engine.serial_epoch over the orders with the orderer observing chunks of chunk_steps
+    steps; returns (steps or divergence code, x, losses, the orderer's next order)."""
+    from ordersim.orderers import make_orderer
+
+    orderer = make_orderer(orderer_name, M, N_LOCAL, P, seed=0, first_order="identity")
+    orderer.begin_epoch()
+    steps = -(-N_LOCAL // b)
+    x, velocity, losses, timers = np.zeros(P), np.zeros(P), np.full(steps, np.nan), np.zeros(2)
+    done = engine.serial_epoch(engine.first_class(orderer.kernel), orderer.state, True,
+                               problem.batch_grads, x, velocity, A, y, problem.params, orders,
+                               N_LOCAL, b, lr, 0.0, 0.0, np.empty((M, min(chunk_steps * b, N_LOCAL), P)),
+                               np.empty(b, dtype=np.int64), np.empty((b, P)), np.empty(P),
+                               np.empty((1, M, P)), np.zeros((1, 1, 1)), False, 0, losses, timers)
+    next_order = None
+    if done >= 0:
+        orderer.end_epoch()
+        next_order = orderer.begin_epoch()
+    return done, x, losses, next_order
+
+
+@pytest.mark.parametrize("orderer_name", ["d-grab", "cd-grab"])
+@pytest.mark.parametrize("b", [1, 2, 4])
+def test_serial_epoch_observes_every_chunk_like_one_pass(orderer_name, b):
+    """The serial epoch hands the orderer a chunk of steps at a time (short last chunk and short
+    last step packed; with b odd a chunk can end inside a pair): x, the losses and the next order
+    must be the same for every chunk size, and the same as one observe() over the whole epoch's
+    gradients from serial_steps."""
+    A, y, orders = least_squares_data()
+    orders = np.tile(np.arange(N_LOCAL), (M, 1))  # the orderers' identity first order
+    problem = make_problem("least-squares", P, lam=0.1)
+    results = [run_serial_epoch(orderer_name, A, y, orders, problem, b, 0.05, chunk)
+               for chunk in (1, 3, 4, N_LOCAL)]
+    steps = -(-N_LOCAL // b)
+    for done, x, losses, next_order in results:
+        assert done == steps
+        np.testing.assert_array_equal(x, results[0][1])
+        np.testing.assert_array_equal(losses, results[0][2])
+        np.testing.assert_array_equal(next_order, results[0][3])
+
+    from ordersim.orderers import make_orderer
+
+    x, velocity, grads = np.zeros(P), np.zeros(P), np.empty((M, N_LOCAL, P))
+    engine.serial_steps(problem.batch_grads, x, velocity, A, y, problem.params, orders, N_LOCAL, 0,
+                        steps, b, 0.05, 0.0, 0.0, True, grads, np.empty(b, dtype=np.int64),
+                        np.empty((b, P)), np.empty(P), np.empty((1, M, P)), np.zeros((1, 1, 1)),
+                        False, 0, np.empty(steps))
+    whole = make_orderer(orderer_name, M, N_LOCAL, P, seed=0, first_order="identity")
+    whole.begin_epoch()
+    whole.observe(grads)
+    whole.end_epoch()
+    np.testing.assert_array_equal(x, results[0][1])
+    np.testing.assert_array_equal(whole.begin_epoch(), results[0][3])
+
+
+def test_serial_epoch_reports_divergence_in_a_later_chunk():
+    """A model that stops being finite in the second chunk: -(steps done, the diverging one
+    included) - 1 counted from the epoch's start, and the losses of the steps before it."""
+    A, y, orders = least_squares_data()
+    problem = make_problem("least-squares", P, lam=0.0)
+    A = A.copy()
+    rows = [w * N_LOCAL + orders[w, 4] for w in range(M)]  # every worker's fifth example (step 4)
+    A[rows] *= 1e200
+    done, x, losses, _ = run_serial_epoch("cd-grab", A, y, orders, problem, 1, 1e-3, 3)
+    assert done == -6, "step 4 diverged: -1 - (5 steps done)"
+    assert np.all(np.isfinite(losses[:4])) and not np.all(np.isfinite(x))
+
+
+def test_jitted_clock_reads_the_monotonic_clock():
+    """seconds() from jitted code is clock_gettime(CLOCK_MONOTONIC): Python's time.monotonic on
+    Linux reads the same clock, so the two agree to well under a second, and it never goes back."""
+    import time
+
+    from numba import njit
+
+    from ordersim.jit_clock import seconds
+
+    read_twice = njit(lambda: (seconds(), seconds()))
+    first, second = read_twice()
+    assert second >= first
+    if sys.platform == "linux":
+        assert abs(first - time.monotonic()) < 0.5
 
 
 def test_worker_order_sums_match_numpy():

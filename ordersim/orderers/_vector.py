@@ -1,0 +1,145 @@
+"""The balancing kernels' per-example vector work, in explicit vector code: the dot product
+<s, a - b> every sign decision rests on, and the update s += eps (a - b) with ||s||_inf.
+
+The dot product's association is fixed, so that every orderer, backend and the references in
+tests/reference/orderers.py (``lane_dot``) take the same sign decisions, exact ties included:
+
+- 16 lanes: lane l adds the terms s_k (a_k - b_k) with k = l, l + 16, l + 32, ... in order, over
+  the first 16 * (d // 16) coordinates;
+- the lanes are added as v_l = (lane_l + lane_{4+l}) + (lane_{8+l} + lane_{12+l}) for l < 4, then
+  (v_0 + v_1) + (v_2 + v_3);
+- the last d mod 16 terms are added to that one at a time, in order.
+
+The update computes every s_k + eps (a_k - b_k) with the same IEEE operations as a plain loop
+(no fast-math flags, so no fused multiply-add), and keeps the largest |s_k| in a vector register:
+the epoch's balancing discrepancy needs only max_k |s_k| after each step, and a maximum is exact in
+any order.
+
+Why vector code: Numba's scalar form of the dot product (4, 8 or 16 partial sums) stays in scalar
+registers, and at d = 128 it then cost more than the rest of a balancing step; the running
+maximum, written as a loop, cannot be vectorized by LLVM without fast-math (docs/performance.md).
+Vectors are <8 x double>: one AVX-512 register, two AVX2 ones. Under NUMBA_DISABLE_JIT the same
+operations run as plain Python.
+"""
+
+from llvmlite import ir
+from numba import config, njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+LANES = 16
+WIDTH = 8  # doubles per vector
+_I32 = ir.IntType(32)
+_DOUBLE = ir.DoubleType()
+_VECTOR = ir.VectorType(_DOUBLE, WIDTH)
+
+
+def _vector_at(builder, address, offset):
+    """Pointer to the vector of doubles starting at double `offset` after `address`."""
+    element = builder.gep(builder.inttoptr(address, _DOUBLE.as_pointer()), [offset])
+    return builder.bitcast(element, _VECTOR.as_pointer())
+
+
+def _half(builder, vector, upper):
+    """The lower or upper four lanes of an 8-lane vector."""
+    lanes = ir.Constant(ir.VectorType(_I32, 4), [4, 5, 6, 7] if upper else [0, 1, 2, 3])
+    return builder.shuffle_vector(vector, vector, lanes)
+
+
+@intrinsic
+def _lane_sums(typingctx, s_address, a_address, b_address, blocks):
+    """The 16-lane part of <s, a - b> over `blocks` blocks of 16 doubles at the three addresses."""
+    def codegen(context, builder, signature, args):
+        s, a, b, count = args
+        accumulators = [cgutils.alloca_once_value(builder, ir.Constant(_VECTOR, [0.0] * WIDTH))
+                        for _ in range(LANES // WIDTH)]  # lanes 0-7 and 8-15
+        with cgutils.for_range(builder, count) as loop:
+            base = builder.mul(loop.index, ir.Constant(loop.index.type, LANES))
+            for q, accumulator in enumerate(accumulators):
+                offset = builder.add(base, ir.Constant(base.type, q * WIDTH))
+
+                def load(address):
+                    return builder.load(_vector_at(builder, address, offset), align=8)
+
+                term = builder.fmul(load(s), builder.fsub(load(a), load(b)))
+                builder.store(builder.fadd(builder.load(accumulator), term), accumulator)
+        low, high = (builder.load(accumulator) for accumulator in accumulators)
+        v = builder.fadd(builder.fadd(_half(builder, low, False), _half(builder, low, True)),
+                         builder.fadd(_half(builder, high, False), _half(builder, high, True)))
+        lane = [builder.extract_element(v, ir.Constant(_I32, i)) for i in range(4)]
+        return builder.fadd(builder.fadd(lane[0], lane[1]), builder.fadd(lane[2], lane[3]))
+
+    return types.float64(s_address, a_address, b_address, blocks), codegen
+
+
+@intrinsic
+def _add_signed_blocks(typingctx, s_address, a_address, b_address, eps, blocks):
+    """s += eps (a - b) over `blocks` blocks of WIDTH doubles; returns the largest |s_k| of them."""
+    def codegen(context, builder, signature, args):
+        s, a, b, eps, count = args
+        lanes = builder.insert_element(ir.Constant(_VECTOR, ir.Undefined), eps, ir.Constant(_I32, 0))
+        eps_vector = builder.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(_I32, WIDTH), [0] * WIDTH))
+        fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VECTOR, [_VECTOR]),
+                                              f"llvm.fabs.v{WIDTH}f64")
+        largest = cgutils.alloca_once_value(builder, ir.Constant(_VECTOR, [0.0] * WIDTH))
+        with cgutils.for_range(builder, count) as loop:
+            offset = builder.mul(loop.index, ir.Constant(loop.index.type, WIDTH))
+            s_here = _vector_at(builder, s, offset)
+            difference = builder.fsub(builder.load(_vector_at(builder, a, offset), align=8),
+                                      builder.load(_vector_at(builder, b, offset), align=8))
+            value = builder.fadd(builder.load(s_here, align=8), builder.fmul(eps_vector, difference))
+            builder.store(value, s_here, align=8)
+            magnitude, so_far = builder.call(fabs, [value]), builder.load(largest)
+            builder.store(builder.select(builder.fcmp_ordered(">", magnitude, so_far), magnitude, so_far),
+                          largest)
+        vector = builder.load(largest)
+        result = builder.extract_element(vector, ir.Constant(_I32, 0))
+        for i in range(1, WIDTH):
+            lane = builder.extract_element(vector, ir.Constant(_I32, i))
+            result = builder.select(builder.fcmp_ordered(">", lane, result), lane, result)
+        return result
+
+    return types.float64(s_address, a_address, b_address, eps, blocks), codegen
+
+
+if config.DISABLE_JIT:
+    def dot_with_difference(s, a, b):
+        """<s, a - b> with the module's association, as plain Python."""
+        d = s.shape[0]
+        whole = d // LANES * LANES
+        lanes = [0.0] * LANES
+        for k in range(whole):
+            lanes[k % LANES] += s[k] * (a[k] - b[k])
+        v = [(lanes[i] + lanes[4 + i]) + (lanes[8 + i] + lanes[12 + i]) for i in range(4)]
+        total = (v[0] + v[1]) + (v[2] + v[3])
+        for k in range(whole, d):
+            total += s[k] * (a[k] - b[k])
+        return total
+
+    def add_signed_difference(s, a, b, eps):
+        """s += eps (a - b); returns max_k |s_k| afterwards (plain Python)."""
+        largest = 0.0
+        for k in range(s.shape[0]):
+            s[k] = s[k] + eps * (a[k] - b[k])
+            largest = max(largest, abs(s[k]))
+        return largest
+else:
+    @njit(inline="always", error_model="numpy")
+    def dot_with_difference(s, a, b):
+        """<s, a - b> with the module's association; s, a and b contiguous, of one length."""
+        d = s.shape[0]
+        total = _lane_sums(s.ctypes.data, a.ctypes.data, b.ctypes.data, d // LANES)
+        for k in range(d // LANES * LANES, d):
+            total += s[k] * (a[k] - b[k])
+        return total
+
+    @njit(inline="always", error_model="numpy")
+    def add_signed_difference(s, a, b, eps):
+        """s += eps (a - b); returns max_k |s_k| afterwards. s, a and b contiguous, of one length."""
+        d = s.shape[0]
+        largest = _add_signed_blocks(s.ctypes.data, a.ctypes.data, b.ctypes.data, eps, d // WIDTH)
+        for k in range(d // WIDTH * WIDTH, d):
+            value = s[k] + eps * (a[k] - b[k])
+            s[k] = value
+            largest = max(largest, abs(value))
+        return largest
