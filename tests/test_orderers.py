@@ -75,7 +75,7 @@ def test_dot_with_difference_sums_as_the_reference():
     on them (its plain-Python form: test_kernels_run_without_jit, d = 37)."""
     from numba import njit
 
-    from ordersim.orderers._dot import dot_with_difference
+    from ordersim.orderers._vector import dot_with_difference
 
     dot = njit(lambda s, a, b: dot_with_difference(s, a, b))
     rng = np.random.default_rng(7)
@@ -87,6 +87,30 @@ def test_dot_with_difference_sums_as_the_reference():
         G = rng.standard_normal((2, 3, d))
         flat = rng.standard_normal(4 * d)
         assert dot(flat[d:2 * d], G[1, 0], G[0, 2]) == lane_dot(flat[d:2 * d], G[1, 0] - G[0, 2])
+
+
+def test_signed_update_matches_numpy():
+    """s += eps (a - b) in vector code gives NumPy's bits, returns max |s|, and the variant that
+    also sums keeps sums += a; d covers whole vectors, a tail and tails alone."""
+    from numba import njit
+
+    from ordersim.orderers._vector import add_signed_difference, add_signed_difference_and_sum
+
+    update = njit(lambda s, a, b, eps: add_signed_difference(s, a, b, eps))
+    update_and_sum = njit(lambda s, a, b, eps, sums: add_signed_difference_and_sum(s, a, b, eps, sums))
+    rng = np.random.default_rng(8)
+    for d in (1, 7, 8, 9, 37, 128, 131):
+        for eps in (1.0, -1.0):
+            s, a, b, sums = rng.standard_normal((4, d)) * rng.uniform(0.1, 1e3, (4, d))
+            want, want_sums = s + eps * (a - b), sums + a
+            got, got_sums = s.copy(), sums.copy()
+            assert update(got, a, b, eps) == np.abs(want).max(), (d, eps)
+            np.testing.assert_array_equal(got, want, err_msg=f"d={d} eps={eps}")
+            got = s.copy()
+            largest = update_and_sum(got, a, b, eps, got_sums)
+            np.testing.assert_array_equal(got, want, err_msg=f"d={d} eps={eps}")
+            np.testing.assert_array_equal(got_sums, want_sums, err_msg=f"d={d}")
+            assert largest == np.abs(want).max(), (d, eps)
 
 
 # -- conformance against the references ----------------------------------------------------------

@@ -6,15 +6,15 @@ tie="minus") or the self-balancing walk (eps = +1 with probability 1/2 - <s,v>/(
 The state lives in one flat buffer (``_state.py``); a kernel call takes just (grads, state).
 
 The epoch's balancing discrepancy, max over steps of ||s||_inf, is kept as ``peaks``: per
-coordinate, the largest |s_k| so far. Its maximum is the same number (max is exact in any order),
-and an elementwise running max fuses into the update of s, where a max over s after every step
-cost a third of the balancing at d = 128.
+running-sum row, the largest ||s||_inf so far, which the vector update of s returns at no extra
+pass over s (``_vector.py``).
 """
 
 import numpy as np
 from numba import njit
 
-from ordersim.orderers._dot import dot_with_difference
+from ordersim.orderers._vector import (add_signed_difference, add_signed_difference_and_sum,
+                                       dot_with_difference)
 from ordersim.orderers._state import (FIRST_OWN_SLOT, N, OBSERVED, ORDER, StateBuffer, block, fits,
                                       state_kernel)
 
@@ -29,8 +29,9 @@ NEXT_ORDER, LEFT, RIGHT, WALK_FAILURES, RUNNING_SUM, PEAKS, UNIFORMS, EXTRA = ra
 
 
 @njit(inline="always", error_model="numpy")
-def choose_sign(i, dot, mode, tie_plus, walk_c, u, walk_failures):
-    """Row i's sign for dot = <s, v>; a walk step with |dot| > c counts as row i's failure."""
+def choose_sign(i, dot, mode, tie_plus, walk_c, u, at, walk_failures):
+    """Row i's sign for dot = <s, v>, the walk's uniform being u[at]; a walk step with |dot| > c
+    counts as row i's failure."""
     if mode == SIGN_DETERMINISTIC:
         if dot < 0.0 or (dot == 0.0 and tie_plus):
             return 1.0
@@ -38,26 +39,20 @@ def choose_sign(i, dot, mode, tie_plus, walk_c, u, walk_failures):
     if abs(dot) > walk_c:
         walk_failures[i] += 1
     p = 0.5 - dot / (2.0 * walk_c)
-    return 1.0 if u < p else -1.0
+    return 1.0 if u[at] < p else -1.0
 
 
 @njit(inline="always", error_model="numpy")
-def mean_balance_step(i, t, dot, g, row, peak, mean_prev, grad_sum, n, order, next_order, left,
+def mean_balance_step(i, t, dot, g, row, peaks, mean_prev, grad_sum, n, order, next_order, left,
                       right, walk_failures, u, mode, tie_plus, walk_c):
     """Row i's example at visit position t, given dot = <s_i, g - mean_prev>: its sign, the update
-    of s_i, of the peaks and of the epoch's gradient sum, and its place in the next order."""
-    eps = choose_sign(i, dot, mode, tie_plus, walk_c, u[i * n + t], walk_failures)
-    for k in range(row.shape[0]):
-        value = row[k] + eps * (g[k] - mean_prev[k])
-        row[k] = value
-        peak[k] = max(peak[k], abs(value))
-        grad_sum[k] += g[k]
-    if eps > 0.0:
-        next_order[i * n + left[i]] = order[i * n + t]
-        left[i] += 1
-    else:
-        next_order[i * n + right[i]] = order[i * n + t]
-        right[i] -= 1
+    of s_i, of its peak and of the epoch's gradient sum, and its place in the next order."""
+    eps = choose_sign(i, dot, mode, tie_plus, walk_c, u, i * n + t, walk_failures)
+    peaks[i] = max(peaks[i], add_signed_difference_and_sum(row, g, mean_prev, eps, grad_sum))
+    plus = eps > 0.0  # selects, not branches: the sign is as unpredictable as a coin
+    next_order[i * n + (left[i] if plus else right[i])] = order[i * n + t]
+    left[i] += plus
+    right[i] -= not plus
 
 
 @state_kernel
@@ -77,15 +72,15 @@ def mean_balance_observe(grads, state):
     order, next_order = block(state, ORDER, state, m * n), block(state, NEXT_ORDER, state, m * n)
     left, right = block(state, LEFT, state, m), block(state, RIGHT, state, m)
     walk_failures = block(state, WALK_FAILURES, state, m)
-    s, peaks = block(floats, RUNNING_SUM, state, m * d), block(floats, PEAKS, state, m * d)
+    s, peaks = block(floats, RUNNING_SUM, state, m * d), block(floats, PEAKS, state, m)
     u, extra = block(floats, UNIFORMS, state, m * n), block(floats, EXTRA, state, 2 * m * d)
     mode, tie_plus, walk_c = state[MODE], state[TIE_PLUS] != 0, floats[WALK_C]
     for i in range(m):
-        row, peak = s[i * d:(i + 1) * d], peaks[i * d:(i + 1) * d]
+        row = s[i * d:(i + 1) * d]
         mean_prev, grad_sum = extra[i * d:(i + 1) * d], extra[(m + i) * d:(m + i + 1) * d]
         for j in range(b):
             g = grads[i, j]
-            mean_balance_step(i, start + j, dot_with_difference(row, g, mean_prev), g, row, peak, mean_prev,
+            mean_balance_step(i, start + j, dot_with_difference(row, g, mean_prev), g, row, peaks, mean_prev,
                               grad_sum, n, order, next_order, left, right, walk_failures, u, mode, tie_plus,
                               walk_c)
     state[OBSERVED] = start + b
@@ -93,22 +88,17 @@ def mean_balance_observe(grads, state):
 
 
 @njit(inline="always", error_model="numpy")
-def balance_pair(i, t, dot, row, peak, first, second, n, order, next_order, left, right,
+def balance_pair(i, t, dot, row, peaks, r, first, second, n, order, next_order, left, right,
                  walk_failures, u, mode, tie_plus, walk_c):
-    """Row i's pair ending at visit position t, given dot = <s, v> with v = first - second: its
-    sign, s += eps v, peak = max(peak, |s|), and both examples' places in the next order."""
-    eps = choose_sign(i, dot, mode, tie_plus, walk_c, u[i * n + t // 2], walk_failures)
-    for k in range(row.shape[0]):
-        value = row[k] + eps * (first[k] - second[k])
-        row[k] = value
-        peak[k] = max(peak[k], abs(value))
+    """Row i's pair ending at visit position t, given dot = <s, v> with v = first - second (s:
+    running-sum row r): its sign, s += eps v, peaks[r] = max(peaks[r], ||s||_inf), and both
+    examples' places in the next order."""
+    eps = choose_sign(i, dot, mode, tie_plus, walk_c, u, i * n + t // 2, walk_failures)
+    peaks[r] = max(peaks[r], add_signed_difference(row, first, second, eps))
     earlier, later = order[i * n + t - 1], order[i * n + t]
-    if eps > 0.0:
-        next_order[i * n + left[i]] = earlier
-        next_order[i * n + right[i]] = later
-    else:
-        next_order[i * n + left[i]] = later
-        next_order[i * n + right[i]] = earlier
+    to_left = earlier if eps > 0.0 else later
+    next_order[i * n + left[i]] = to_left
+    next_order[i * n + right[i]] = earlier + later - to_left
     left[i] += 1
     right[i] -= 1
 
@@ -131,7 +121,7 @@ def pair_balance_observe(grads, state):
     order, next_order = block(state, ORDER, state, m * n), block(state, NEXT_ORDER, state, m * n)
     left, right = block(state, LEFT, state, m), block(state, RIGHT, state, m)
     walk_failures = block(state, WALK_FAILURES, state, m)
-    s, peaks = block(floats, RUNNING_SUM, state, rows * d), block(floats, PEAKS, state, rows * d)
+    s, peaks = block(floats, RUNNING_SUM, state, rows * d), block(floats, PEAKS, state, rows)
     u, pending = block(floats, UNIFORMS, state, m * n), block(floats, EXTRA, state, m * d)
     mode, tie_plus, walk_c = state[MODE], state[TIE_PLUS] != 0, floats[WALK_C]
     for j in range(b):
@@ -147,10 +137,10 @@ def pair_balance_observe(grads, state):
             continue
         for i in range(m):
             r = 0 if rows == 1 else i
-            row, peak = s[r * d:(r + 1) * d], peaks[r * d:(r + 1) * d]
+            row = s[r * d:(r + 1) * d]
             # the pair's first gradient: in this call's buffer, or kept from the previous call
             first = grads[i, j - 1] if j > 0 else pending[i * d:(i + 1) * d]
-            balance_pair(i, t, dot_with_difference(row, first, grads[i, j]), row, peak, first, grads[i, j], n,
+            balance_pair(i, t, dot_with_difference(row, first, grads[i, j]), row, peaks, r, first, grads[i, j], n,
                          order, next_order, left, right, walk_failures, u, mode, tie_plus, walk_c)
     state[OBSERVED] = start + b
     return b
@@ -178,7 +168,7 @@ class BalancingState(StateBuffer):
                 "right": (RIGHT, np.int64, (m,)),
                 "walk_failures": (WALK_FAILURES, np.int64, (m,)),
                 "running_sum": (RUNNING_SUM, np.float64, (rows, d)),
-                "peaks": (PEAKS, np.float64, (rows, d)),  # per coordinate, the largest |s_k| so far
+                "peaks": (PEAKS, np.float64, (rows,)),  # per row, the largest ||s||_inf so far
                 "uniforms": (UNIFORMS, np.float64, (m, n)),
                 "extra": (EXTRA, np.float64, (self.extra_rows, m, d))}
 

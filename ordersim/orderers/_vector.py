@@ -72,11 +72,11 @@ def _lane_sums(typingctx, s_address, a_address, b_address, blocks):
     return types.float64(s_address, a_address, b_address, blocks), codegen
 
 
-@intrinsic
-def _add_signed_blocks(typingctx, s_address, a_address, b_address, eps, blocks):
-    """s += eps (a - b) over `blocks` blocks of WIDTH doubles; returns the largest |s_k| of them."""
+def _signed_update_codegen(accumulate):
+    """Code of s += eps (a - b) over `count` blocks of WIDTH doubles, returning the largest |s_k|
+    of them; with ``accumulate`` also sums += a (GraB's epoch sum of the gradients, same pass)."""
     def codegen(context, builder, signature, args):
-        s, a, b, eps, count = args
+        s, a, b, eps, count = args[:5]
         lanes = builder.insert_element(ir.Constant(_VECTOR, ir.Undefined), eps, ir.Constant(_I32, 0))
         eps_vector = builder.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(_I32, WIDTH), [0] * WIDTH))
         fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VECTOR, [_VECTOR]),
@@ -85,21 +85,36 @@ def _add_signed_blocks(typingctx, s_address, a_address, b_address, eps, blocks):
         with cgutils.for_range(builder, count) as loop:
             offset = builder.mul(loop.index, ir.Constant(loop.index.type, WIDTH))
             s_here = _vector_at(builder, s, offset)
-            difference = builder.fsub(builder.load(_vector_at(builder, a, offset), align=8),
-                                      builder.load(_vector_at(builder, b, offset), align=8))
+            a_value = builder.load(_vector_at(builder, a, offset), align=8)
+            difference = builder.fsub(a_value, builder.load(_vector_at(builder, b, offset), align=8))
             value = builder.fadd(builder.load(s_here, align=8), builder.fmul(eps_vector, difference))
             builder.store(value, s_here, align=8)
             magnitude, so_far = builder.call(fabs, [value]), builder.load(largest)
             builder.store(builder.select(builder.fcmp_ordered(">", magnitude, so_far), magnitude, so_far),
                           largest)
+            if accumulate:
+                sums_here = _vector_at(builder, args[5], offset)
+                builder.store(builder.fadd(builder.load(sums_here, align=8), a_value), sums_here, align=8)
         vector = builder.load(largest)
         result = builder.extract_element(vector, ir.Constant(_I32, 0))
         for i in range(1, WIDTH):
             lane = builder.extract_element(vector, ir.Constant(_I32, i))
             result = builder.select(builder.fcmp_ordered(">", lane, result), lane, result)
         return result
+    return codegen
 
-    return types.float64(s_address, a_address, b_address, eps, blocks), codegen
+
+@intrinsic
+def _add_signed_blocks(typingctx, s_address, a_address, b_address, eps, blocks):
+    """s += eps (a - b) over `blocks` blocks of WIDTH doubles; returns the largest |s_k| of them."""
+    return types.float64(s_address, a_address, b_address, eps, blocks), _signed_update_codegen(False)
+
+
+@intrinsic
+def _add_signed_blocks_and_sum(typingctx, s_address, a_address, b_address, eps, blocks, sums_address):
+    """_add_signed_blocks, and sums += a over the same blocks."""
+    return (types.float64(s_address, a_address, b_address, eps, blocks, sums_address),
+            _signed_update_codegen(True))
 
 
 if config.DISABLE_JIT:
@@ -123,6 +138,11 @@ if config.DISABLE_JIT:
             s[k] = s[k] + eps * (a[k] - b[k])
             largest = max(largest, abs(s[k]))
         return largest
+
+    def add_signed_difference_and_sum(s, a, b, eps, sums):
+        """add_signed_difference(s, a, b, eps), and sums += a (plain Python)."""
+        sums += a
+        return add_signed_difference(s, a, b, eps)
 else:
     @njit(inline="always", error_model="numpy")
     def dot_with_difference(s, a, b):
@@ -142,4 +162,17 @@ else:
             value = s[k] + eps * (a[k] - b[k])
             s[k] = value
             largest = max(largest, abs(value))
+        return largest
+
+    @njit(inline="always", error_model="numpy")
+    def add_signed_difference_and_sum(s, a, b, eps, sums):
+        """add_signed_difference(s, a, b, eps), and sums += a in the same pass (all of one length)."""
+        d = s.shape[0]
+        largest = _add_signed_blocks_and_sum(s.ctypes.data, a.ctypes.data, b.ctypes.data, eps,
+                                             d // WIDTH, sums.ctypes.data)
+        for k in range(d // WIDTH * WIDTH, d):
+            value = s[k] + eps * (a[k] - b[k])
+            s[k] = value
+            largest = max(largest, abs(value))
+            sums[k] += a[k]
         return largest

@@ -44,7 +44,7 @@ def default_walk_c(total_examples, d):
 
 
 def lane_dot(s, v):
-    """<s, v> as the kernels sum it (ordersim/orderers/_dot.py): lane l adds the terms k = l, l + 16,
+    """<s, v> as the kernels sum it (ordersim/orderers/_vector.py): lane l adds the terms k = l, l + 16,
     l + 32, ... of the first 16 * (d // 16) in order; the lanes are added as
     v_l = (lane_l + lane_{4+l}) + (lane_{8+l} + lane_{12+l}), then (v_0 + v_1) + (v_2 + v_3); the
     last d mod 16 terms are added one at a time."""
