@@ -21,7 +21,7 @@ STEP_KERNEL_ARGS = (_C1, _C2, _C1, types.int64[::1], _C1, _C2)
 def compile_for_steps(batch_grads) -> None:
     """Compile a problem's batch_grads, with its own options, for the step loops' argument types.
 
-    The step loops run without reference counting (``_nrt=False``, see serial_steps), and a
+    The step loops run without reference counting (``_nrt=False``, see serial_epoch), and a
     kernel first compiled from inside one would be compiled that way too, which fails for kernels
     that allocate (softmax, mlp, users' own). Compiled here first, the loops reuse this version.
     """
@@ -33,7 +33,7 @@ def compile_for_steps(batch_grads) -> None:
         pass  # with its own options already; the loops call whichever accepts their arrays
 
 
-# takes the problem's kernel as an argument: not cacheable (numba#2956); _nrt: see serial_steps
+# takes the problem's kernel as an argument: not cacheable (numba#2956); _nrt: see serial_epoch
 @njit(error_model="numpy", _nrt=False)
 def worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum):
     """Gradients of one worker's next `count` examples (visit positions pos..pos+count-1).
@@ -149,47 +149,6 @@ def update_after_step(x, velocity, history, coef, row, step, count, coded, lr, m
                         lr, momentum, weight_decay, total)
 
 
-@njit(error_model="numpy", _nrt=False)  # takes the problem's kernel: not cacheable (numba#2956)
-def serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b, lr, momentum,
-                 weight_decay, store, grads_out, idx, scratch, total, history, coef, coded, step,
-                 step_losses):
-    """`steps` synchronous steps of all m workers inside one jitted call (the serial fast path).
-
-    Worker w's gradient sum of global step u goes to history[u mod slots, w]; the update is
-    apply_update along it (plain: a history of one slot), or with ``coded`` apply_coded_update with
-    coef[s] (coef: this chunk's (steps, k, s+1) coefficients); ``step`` is the global index of the
-    chunk's first step. With store, worker w's per-example gradients go to grads_out[w, :] in visit
-    order, for the orderer to observe afterwards; else into scratch (b, d). total (d,): the
-    update's scratch. Returns the number of examples per worker done, or, when the model stopped
-    being finite (divergence), -1 - the steps done including the diverging one (the MPI epoch
-    loop's count).
-
-    Compiled without Numba's reference counting (_nrt=False; it allocates nothing): the views
-    taken per worker and step would otherwise each cost two atomic operations, which wait for the
-    step's outstanding memory loads (a third of rr's epoch time at N = 200 000, d = 128).
-    """
-    m = order.shape[0]
-    slots = history.shape[0]
-    done = 0
-    for s in range(steps):
-        count = min(b, n - pos)
-        sums = history[(step + s) % slots]
-        loss = 0.0
-        for w in range(m):
-            # with store, the kernel writes straight into grads_out (no copy through scratch)
-            out = grads_out[w, done:done + count] if store else scratch
-            loss += worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count, idx,
-                                out, sums[w])
-        finite = update_after_step(x, velocity, history, coef, s, step + s, count, coded, lr,
-                                   momentum, weight_decay, total)
-        step_losses[s] = loss / (m * count)
-        if not finite:
-            return -s - 2
-        pos += count
-        done += count
-    return done
-
-
 @njit(cache=True, error_model="numpy")
 def pack_rows(grads, count):
     """Move grads[:, :count] (m, b, d) to the front of grads' memory, as a C-contiguous
@@ -208,39 +167,63 @@ def pack_rows(grads, count):
 def serial_epoch(observe, state, store, batch_grads, x, velocity, A, y, params, order, n, b, lr,
                  momentum, weight_decay, grads_out, idx, scratch, total, history, coef, coded,
                  first_step, losses, timers):
-    """The serial backend's epoch, one jitted call: serial_steps a chunk at a time and, with
-    ``store``, observe(chunk's gradients, state) after each (observe: ``first_class(kernel)``).
+    """The serial backend's epoch, all m workers' synchronous steps in one jitted call.
 
-    grads_out (m, chunk b, d) holds a chunk's gradients: small enough to stay in the L2 cache from
-    the steps that write it to the orderer that reads it (a chunk of 8 MB cost cd-grab ~25 % of
-    rr's epoch, a chunk of 32 steps ~10 %, docs/performance.md). Without ``store`` the epoch is
-    one chunk. losses[k]: the mean loss of the epoch's step k; coef: the epoch's coefficients of a
-    decoded update (serial_steps). timers (2,) accumulates compute and ordering seconds. Returns
-    the steps done, or -(steps done, the diverging one included) - 1 when x stopped being finite.
+    Worker w's gradient sum of global step u goes to history[u mod slots, w]; the update is
+    apply_update along it (plain: a history of one slot), or with ``coded`` apply_coded_update with
+    coef[k] for the epoch's step k (coef: the epoch's (steps, k, s+1) coefficients); first_step is
+    the global index of the epoch's first step. losses[k]: the mean loss of step k.
+
+    With ``store``, worker w's per-example gradients go to grads_out[w] (m, chunk, d) in visit
+    order, and observe(gradients, state) gets them whenever the next step would not fit and at the
+    epoch's end (observe: ``first_class(orderer kernel)``; a short chunk is packed first). A chunk
+    of 256 KB stays in L2 from the steps that write it to the orderer that reads it (one of 8 MB
+    cost cd-grab ~25 % of rr's epoch, docs/performance.md). Without it the gradients go to scratch
+    (b, d). total (d,): the update's scratch. timers (2,) accumulates compute and ordering seconds.
+    Returns the steps done, or -(steps done, the diverging one included) - 1 when x stopped being
+    finite (the MPI epoch loop's count).
+
+    Compiled without Numba's reference counting (_nrt=False; it allocates nothing): the views
+    taken per worker and step would otherwise each cost two atomic operations, which wait for the
+    step's outstanding memory loads (a third of rr's epoch time at N = 200 000, d = 128).
     """
-    m, d = grads_out.shape[0], grads_out.shape[2]
-    chunk = -(-grads_out.shape[1] // b) if store else losses.shape[0]
-    pos = k = 0
+    m, slots = order.shape[0], history.shape[0]
+    width, d = grads_out.shape[1], grads_out.shape[2]  # with store
+    # pos from np.int64: with a literal 0, Numba compiles worker_step for Literal[int](0), then again
+    held = k = 0  # held: examples per worker in grads_out, not yet observed
+    pos = np.int64(0)
+    ordering = 0.0
+    start = seconds()
     while pos < n:
-        steps = min(chunk, -(-(n - pos) // b))
-        start = seconds()
-        done = serial_steps(batch_grads, x, velocity, A, y, params, order, n, pos, steps, b, lr,
-                            momentum, weight_decay, store, grads_out, idx, scratch, total, history,
-                            coef[k:k + steps], coded, first_step + k, losses[k:k + steps])
-        computed = seconds()
-        timers[0] += computed - start
-        if done < 0:
-            return done - k
-        if store:
-            if done == grads_out.shape[1]:
+        count = min(b, n - pos)
+        sums = history[(first_step + k) % slots]
+        loss = 0.0
+        for w in range(m):
+            # with store, the kernel writes straight into grads_out (no copy through scratch)
+            out = grads_out[w, held:held + count] if store else scratch
+            loss += worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count, idx,
+                                out, sums[w])
+        finite = update_after_step(x, velocity, history, coef, k, first_step + k, count, coded, lr,
+                                   momentum, weight_decay, total)
+        losses[k] = loss / (m * count)
+        k += 1
+        if not finite:
+            break
+        pos += count
+        held += count
+        if store and (pos == n or held + min(b, n - pos) > width):  # the next step would not fit
+            observed = seconds()
+            if held == width:
                 observe(grads_out, state)
-            else:  # the epoch's short last chunk: a C-contiguous (m, done, d) view, as observe wants
-                pack_rows(grads_out, done)
-                observe(grads_out.reshape(-1)[:m * done * d].reshape((m, done, d)), state)
-            timers[1] += seconds() - computed
-        pos += done
-        k += steps
-    return k
+            else:  # a short chunk: a C-contiguous (m, held, d) view, as observe wants
+                pack_rows(grads_out, held)
+                observe(grads_out.reshape(-1)[:m * held * d].reshape((m, held, d)), state)
+            held = 0
+            now = seconds()
+            ordering += now - observed
+    timers[0] += seconds() - start - ordering
+    timers[1] += ordering
+    return k if finite else -k - 1
 
 
 @state_kernel
@@ -294,13 +277,14 @@ def mpi_epoch(batch_grads):
         return kernel
     from ordersim.jit_mpi import allgather, wtime
 
-    @njit(error_model="numpy", _nrt=False)  # no reference counting: see serial_steps
+    @njit(error_model="numpy", _nrt=False)  # no reference counting: see serial_epoch
     def kernel(observe, x, velocity, lr, momentum, weight_decay, A, y, params, order, n, b, idx,
                grads, local_sums, local_loss, total, history, coef, coded, first_step,
                coordinated, gathered, all_loss, trace_every, trace_loss, state, comm, timers):
         local, d = grads.shape[0], grads.shape[2]
         slots, m = history.shape[0], history.shape[1]
-        pos = k = last_count = 0
+        k = last_count = 0
+        pos = np.int64(0)  # not a literal 0: see serial_epoch
         compute = communicate = ordering = 0.0
         finite = True
         while pos < n:

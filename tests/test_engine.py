@@ -38,51 +38,61 @@ def reference_sgd(A, y, orders, lam, b, lr, momentum, weight_decay, steps):
     return x, np.array(losses), np.concatenate(grads, axis=1)
 
 
+def serial_epoch(kernel, A, y, orders, params, b, lr, momentum=0.0, weight_decay=0.0,
+                 grads_out=None, orderer=None):
+    """engine.serial_epoch from x = 0 over the orders; with grads_out, the gradients are stored
+    there and observed by ``orderer`` (its begun epoch; none: an observer that does nothing).
+    Returns (steps done or the divergence code, x, losses)."""
+    steps = -(-orders.shape[1] // b)
+    x, velocity, losses = np.zeros(P), np.zeros(P), np.full(steps, np.nan)
+    observe = engine.first_class(orderer.kernel if orderer else engine.no_observer)
+    state = orderer.state if orderer else np.zeros(1, dtype=np.int64)
+    store = grads_out is not None
+    done = engine.serial_epoch(observe, state, store, kernel, x, velocity, A, y, params, orders,
+                               orders.shape[1], b, lr, momentum, weight_decay,
+                               grads_out if store else np.empty((1, 1, 1)),
+                               np.empty(b, dtype=np.int64), np.empty((b, P)), np.empty(P),
+                               np.empty((1, M, P)), np.zeros((1, 1, 1)), False, 0, losses,
+                               np.zeros(2))
+    return done, x, losses
+
+
+@pytest.mark.parametrize("store", [True, False])
 @pytest.mark.parametrize("b, momentum, weight_decay", [(1, 0.0, 0.0), (4, 0.9, 0.01), (11, 0.5, 0.0)])
-def test_serial_steps_match_numpy_sgd(b, momentum, weight_decay):
+def test_serial_epoch_matches_numpy_sgd(b, momentum, weight_decay, store):
+    """With and without keeping the gradients for an orderer (rr keeps none)."""
     A, y, orders = least_squares_data()
     problem = make_problem("least-squares", P, lam=0.1)
+    grads_out = np.empty((M, N_LOCAL, P)) if store else None
+    done, x, losses = serial_epoch(problem.batch_grads, A, y, orders, problem.params, b, 0.05,
+                                   momentum, weight_decay, grads_out)
     steps = -(-N_LOCAL // b)
-    x, velocity = np.zeros(P), np.zeros(P)
-    grads_out = np.empty((M, N_LOCAL, P))
-    losses = np.empty(steps)
-    done = engine.serial_steps(problem.batch_grads, x, velocity, A, y, problem.params, orders,
-                               N_LOCAL, 0, steps, b, 0.05, momentum, weight_decay, True, grads_out,
-                               np.empty(b, dtype=np.int64), np.empty((b, P)), np.empty(P), np.empty((1, M, P)),
-                               np.zeros((1, 1, 1)), False, 0, losses)
-    assert done == N_LOCAL
+    assert done == steps
     x_ref, losses_ref, grads_ref = reference_sgd(A, y, orders, 0.1, b, 0.05, momentum, weight_decay, steps)
     np.testing.assert_allclose(x, x_ref, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(losses, losses_ref, rtol=1e-12)
-    np.testing.assert_allclose(grads_out, grads_ref, rtol=1e-12, atol=1e-14)
+    if store:
+        np.testing.assert_allclose(grads_out, grads_ref, rtol=1e-12, atol=1e-14)
 
 
-def test_serial_steps_report_divergence():
+def test_serial_epoch_reports_divergence():
     A, y, orders = least_squares_data()
     problem = make_problem("least-squares", P, lam=0.0)
-    x, velocity = np.zeros(P), np.zeros(P)
-    done = engine.serial_steps(problem.batch_grads, x, velocity, A * 1e200, y, problem.params, orders,
-                               N_LOCAL, 0, N_LOCAL, 1, 1e200, 0.0, 0.0, False, np.empty((1, 1, 1)),
-                               np.empty(1, dtype=np.int64), np.empty((1, P)), np.empty(P), np.empty((1, M, P)),
-                               np.zeros((1, 1, 1)), False, 0, np.empty(N_LOCAL))
+    done, x, _ = serial_epoch(problem.batch_grads, A * 1e200, y, orders, problem.params, 1, 1e200)
     assert done == -2, "the first step diverged: -1 - (steps done, the diverging one included)"
     assert not np.all(np.isfinite(x))
 
 
 def run_serial_epoch(orderer_name, A, y, orders, problem, b, lr, chunk_steps):
-    """One engine.serial_epoch over the orders with the orderer observing chunks of chunk_steps
-    steps; returns (steps or divergence code, x, losses, the orderer's next order)."""
+    """serial_epoch with the orderer observing chunks of chunk_steps steps; returns (steps or
+    divergence code, x, losses, the orderer's next order)."""
     from ordersim.orderers import make_orderer
 
     orderer = make_orderer(orderer_name, M, N_LOCAL, P, seed=0, first_order="identity")
     orderer.begin_epoch()
-    steps = -(-N_LOCAL // b)
-    x, velocity, losses, timers = np.zeros(P), np.zeros(P), np.full(steps, np.nan), np.zeros(2)
-    done = engine.serial_epoch(engine.first_class(orderer.kernel), orderer.state, True,
-                               problem.batch_grads, x, velocity, A, y, problem.params, orders,
-                               N_LOCAL, b, lr, 0.0, 0.0, np.empty((M, min(chunk_steps * b, N_LOCAL), P)),
-                               np.empty(b, dtype=np.int64), np.empty((b, P)), np.empty(P),
-                               np.empty((1, M, P)), np.zeros((1, 1, 1)), False, 0, losses, timers)
+    done, x, losses = serial_epoch(problem.batch_grads, A, y, orders, problem.params, b, lr,
+                                   grads_out=np.empty((M, min(chunk_steps * b, N_LOCAL), P)),
+                                   orderer=orderer)
     next_order = None
     if done >= 0:
         orderer.end_epoch()
@@ -96,7 +106,7 @@ def test_serial_epoch_observes_every_chunk_like_one_pass(orderer_name, b):
     """The serial epoch hands the orderer a chunk of steps at a time (short last chunk and short
     last step packed; with b odd a chunk can end inside a pair): x, the losses and the next order
     must be the same for every chunk size, and the same as one observe() over the whole epoch's
-    gradients from serial_steps."""
+    gradients."""
     A, y, orders = least_squares_data()
     orders = np.tile(np.arange(N_LOCAL), (M, 1))  # the orderers' identity first order
     problem = make_problem("least-squares", P, lam=0.1)
@@ -111,11 +121,8 @@ def test_serial_epoch_observes_every_chunk_like_one_pass(orderer_name, b):
 
     from ordersim.orderers import make_orderer
 
-    x, velocity, grads = np.zeros(P), np.zeros(P), np.empty((M, N_LOCAL, P))
-    engine.serial_steps(problem.batch_grads, x, velocity, A, y, problem.params, orders, N_LOCAL, 0,
-                        steps, b, 0.05, 0.0, 0.0, True, grads, np.empty(b, dtype=np.int64),
-                        np.empty((b, P)), np.empty(P), np.empty((1, M, P)), np.zeros((1, 1, 1)),
-                        False, 0, np.empty(steps))
+    grads = np.empty((M, N_LOCAL, P))
+    _, x, _ = serial_epoch(problem.batch_grads, A, y, orders, problem.params, b, 0.05, grads_out=grads)
     whole = make_orderer(orderer_name, M, N_LOCAL, P, seed=0, first_order="identity")
     whole.begin_epoch()
     whole.observe(grads)
@@ -234,12 +241,7 @@ def test_step_loops_run_a_fresh_kernel_that_allocates():
     results = []
     for kernel in (problem.batch_grads, allocating_least_squares, explicit):
         engine.compile_for_steps(kernel)
-        x, velocity = np.zeros(P), np.zeros(P)
-        done = engine.serial_steps(kernel, x, velocity, A, y, problem.params, orders, N_LOCAL, 0,
-                                   N_LOCAL, 1, 0.05, 0.0, 0.0, False, np.empty((1, 1, 1)),
-                                   np.empty(1, dtype=np.int64), np.empty((1, P)), np.empty(P),
-                                   np.empty((1, M, P)), np.zeros((1, 1, 1)), False, 0,
-                                   np.empty(N_LOCAL))
+        done, x, _ = serial_epoch(kernel, A, y, orders, problem.params, 1, 0.05)
         assert done == N_LOCAL
         results.append(x)
     np.testing.assert_allclose(results[1], results[0], rtol=1e-10, atol=1e-12)
