@@ -388,7 +388,7 @@ def test_layouts_subclasses_pickling_and_kept_orders(name):
     read-only arrays), after a pickle round trip mid-epoch (checkpoints pickle the orderer), and an order returned by
     begin_epoch() or read from ``order`` stays as it was when later epochs run."""
     m = 1 if is_centralized(name) else 3
-    n, d, b = 11, 6, 3
+    n, d, b = 11, 19, 3  # d: whole vectors of the balancing kernels' vector code and a tail
     grads = gradients(m, n, d, seed=8)
     want = drive(make_orderer(name, m, n, d, seed=4), grads, b)
     o = make_orderer(name, m, n, d, seed=4)

@@ -43,10 +43,11 @@ def block(buffer, slot, state, length):
 
 @njit(inline="always", error_model="numpy")
 def fits(grads, state):
-    """An epoch is open and grads is (m, b, d) with 1 <= b <= the examples left in it."""
+    """An epoch is open, grads is (m, b, d) with 1 <= b <= the examples left in it, and its rows
+    are contiguous (the vector code reads a row as d consecutive doubles)."""
     b = grads.shape[1]
     return (state[IN_EPOCH] != 0 and grads.shape[0] == state[M] and grads.shape[2] == state[D]
-            and b >= 1 and state[OBSERVED] + b <= state[N])
+            and b >= 1 and state[OBSERVED] + b <= state[N] and grads.strides[2] == 8)
 
 
 class StateBuffer:
@@ -122,6 +123,9 @@ class StateBuffer:
                 pass
         self._check_observe(grads)
         grads = np.asarray(grads)
-        if not grads.flags.writeable:  # read-only (e.g. from JAX or broadcast_to): the kernels
-            grads = grads.copy()       # only read, but their signatures name writable arrays
+        # A C-contiguous copy of read-only gradients (e.g. from JAX or broadcast_to: the kernels
+        # only read, but their signatures name writable arrays) and of rows that are not
+        # contiguous (a strided view's rows: the kernels read a row as consecutive doubles).
+        if not grads.flags.writeable or grads.strides[2] != grads.itemsize:
+            grads = np.ascontiguousarray(grads) if grads.flags.writeable else grads.copy()
         self.kernel(grads, self.state)
