@@ -16,7 +16,10 @@ import pkgutil
 import sys
 from pathlib import Path
 
+from ordersim.numba_cache import register_tree
 from problems.base import Problem
+
+register_tree(Path(__file__).parent)  # before a problem module's cached kernels load (see there)
 
 _registry: dict[str, type[Problem]] = {}
 

@@ -1,0 +1,84 @@
+"""Numba's on-disk cache, invalidated by any change to the source tree a kernel comes from.
+
+Numba keys a cached function on its own source file only. Kernels here inline helpers from other
+modules (the balancing kernels in ``orderers/_balance.py`` compile in ``_vector.py`` and
+``_state.py``; problems compile in ``problems/_kernels.py``), so after a change to a helper alone
+(a ``git pull``, an edit) Numba would load the machine code compiled from the old helper, silently.
+For functions defined under a registered tree (``ordersim/`` and ``problems/``; users may register
+their own) the cache stamp here is the function's own file stamp together with a digest of every
+``.py`` file of the tree (path, size, modification time): a change anywhere in the tree recompiles
+that tree's cached kernels once.
+
+This works through Numba's cache locator classes (``numba.core.caching``), which are internal: if a
+Numba version lacks them, nothing is registered and Numba's own per-file stamps apply.
+"""
+
+import functools
+import hashlib
+import os
+from pathlib import Path
+
+from numba.core import caching
+
+_TREES: list[Path] = []
+
+
+@functools.lru_cache(maxsize=None)
+def tree_digest(root: Path) -> str:
+    """Digest of the stat (relative path, size, mtime) of every .py file under root, once per
+    process: a cached kernel's machine code is loaded or compiled once per process too."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(root)}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    return digest.hexdigest()
+
+
+def _tree_of(py_file) -> Path | None:
+    path = Path(os.path.realpath(py_file))
+    return next((root for root in _TREES if root in path.parents), None)
+
+
+def _tree_stamped(locator_class):
+    """A subclass of one of Numba's locators that serves only files under a registered tree and
+    adds the tree's digest to the stamp."""
+    class TreeStampedLocator(locator_class):
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if _tree_of(py_file) is None:
+                return None  # Numba's own locators handle it
+            return super().from_function(py_func, py_file)
+
+        def get_source_stamp(self):
+            return super().get_source_stamp(), tree_digest(_tree_of(self._py_file))
+
+    TreeStampedLocator.__name__ = TreeStampedLocator.__qualname__ = "TreeStamped" + locator_class.__name__
+    return TreeStampedLocator
+
+
+def _locator_list():
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+    return getattr(impl, "_locator_classes", None)
+
+
+def _install() -> bool:
+    """Put tree-stamped versions of the user-provided-directory and in-tree locators first."""
+    classes = _locator_list()
+    wanted = [getattr(caching, name, None) for name in ("UserProvidedCacheLocator", "_UserProvidedCacheLocator",
+                                                         "InTreeCacheLocator", "_InTreeCacheLocator")]
+    wanted = [cls for cls in wanted if cls is not None]
+    if classes is None or len(wanted) != 2:
+        return False
+    if not any(getattr(cls, "__name__", "").startswith("TreeStamped") for cls in classes):
+        classes[:0] = [_tree_stamped(cls) for cls in wanted]
+    return True
+
+
+def register_tree(root) -> bool:
+    """Stamp the cached Numba functions defined under ``root`` with the digest of the whole tree.
+    Call before the first cached function of the tree compiles or loads. Returns whether Numba's
+    internals allowed it."""
+    root = Path(os.path.realpath(root))
+    if root not in _TREES:
+        _TREES.append(root)
+    return _install()
