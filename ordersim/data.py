@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
+from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
 from ordersim.streams import stream
 
 SOURCES = ("synthetic", "sklearn", "libsvm", "csv", "npz", "hdf5")

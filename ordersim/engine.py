@@ -9,6 +9,7 @@ import numpy as np
 from numba import config, njit, types
 from numba.core.types.function_type import CompileResultWAP
 
+from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
 from ordersim.jit_clock import seconds
 from ordersim.orderers._state import OBSERVE_ARGS, state_kernel
 from ordersim.prefetch import prefetch_row

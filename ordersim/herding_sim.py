@@ -17,6 +17,7 @@ import time
 import numpy as np
 from numba import njit
 
+from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
 import ordersim
 from ordersim.metrics import parallel_herding
 from ordersim.orderers import available_orderers, make_orderer, orderer_class

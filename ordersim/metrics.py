@@ -19,6 +19,8 @@ import math
 import numpy as np
 from numba import njit
 
+from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
+
 NORMS = ("inf", "2")
 _NORM_CODES = {"inf": 0, "2": 1}
 

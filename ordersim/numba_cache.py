@@ -9,6 +9,10 @@ their own) the cache stamp here is the function's own file stamp together with a
 ``.py`` file of the tree (path, size, modification time): a change anywhere in the tree recompiles
 that tree's cached kernels once.
 
+Importing this module registers both trees; every module that defines cached kernels imports it
+before them (the locator is chosen when a function is decorated). ``import ordersim`` itself does
+not: ``python -m ordersim`` sets thread counts and the cache directory before NumPy and Numba load.
+
 This works through Numba's cache locator classes (``numba.core.caching``), which are internal: if a
 Numba version lacks them, nothing is registered and Numba's own per-file stamps apply.
 """
@@ -82,3 +86,8 @@ def register_tree(root) -> bool:
     if root not in _TREES:
         _TREES.append(root)
     return _install()
+
+
+# ordersim's and problems' own kernels
+for _tree in (Path(__file__).parent, Path(__file__).parents[1] / "problems"):
+    register_tree(_tree)

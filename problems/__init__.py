@@ -16,10 +16,8 @@ import pkgutil
 import sys
 from pathlib import Path
 
-from ordersim.numba_cache import register_tree
+from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
 from problems.base import Problem
-
-register_tree(Path(__file__).parent)  # before a problem module's cached kernels load (see there)
 
 _registry: dict[str, type[Problem]] = {}
 

@@ -61,3 +61,12 @@ def test_changing_an_inlined_helper_recompiles_a_registered_tree(tmp_path, mode,
         assert run(tmp_path, mode, cache_dir) == (22, 0)
     else:
         assert run(tmp_path, mode, cache_dir) == (1, 1)
+
+
+def test_importing_ordersim_loads_neither_numpy_nor_numba():
+    """`python -m ordersim` imports the package before its __main__ sets one BLAS/Numba thread per
+    rank and, under Slurm, NUMBA_CACHE_DIR: both only work if NumPy and Numba load after that."""
+    out = subprocess.run([sys.executable, "-c", "import sys, ordersim; print(sorted({'numpy', 'numba'} & set(sys.modules)))"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

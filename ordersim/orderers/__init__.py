@@ -11,6 +11,7 @@ import importlib
 import inspect
 import pkgutil
 
+from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
 from ordersim.orderers.base import Orderer
 
 OPTIONS = ("first_worker", "sign", "walk_c", "tie", "first_order")
