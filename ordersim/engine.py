@@ -190,9 +190,9 @@ def serial_epoch(observe, state, store, batch_grads, x, velocity, A, y, params, 
     """
     m, slots = order.shape[0], history.shape[0]
     width, d = grads_out.shape[1], grads_out.shape[2]  # with store
-    # pos from np.int64: with a literal 0, Numba compiles worker_step for Literal[int](0), then again
     held = k = 0  # held: examples per worker in grads_out, not yet observed
-    pos = np.int64(0)
+    pos = np.int64(0)  # not a literal 0, for which Numba would compile worker_step once more
+    finite = True
     ordering = 0.0
     start = seconds()
     while pos < n:
@@ -220,8 +220,7 @@ def serial_epoch(observe, state, store, batch_grads, x, velocity, A, y, params, 
                 pack_rows(grads_out, held)
                 observe(grads_out.reshape(-1)[:m * held * d].reshape((m, held, d)), state)
             held = 0
-            now = seconds()
-            ordering += now - observed
+            ordering += seconds() - observed
     timers[0] += seconds() - start - ordering
     timers[1] += ordering
     return k if finite else -k - 1

@@ -350,7 +350,7 @@ class Run:
                                    config.momentum, config.weight_decay, grads_out, self.idx,
                                    np.empty((b, d)), np.empty(d), history, coef, coded, self.step,
                                    losses, timers)
-        # diverged: the steps up to the diverging one are traced, as under MPI
+        # the steps done are traced; after a divergence up to the diverging one, as under MPI
         self._record_steps(epoch, losses[:done if done >= 0 else -done - 1])
         self.timers["compute_time"] += timers[0]
         self.timers["order_time"] += timers[1]

@@ -96,7 +96,7 @@ def balance_pair(i, t, dot, row, peaks, r, first, second, n, order, next_order, 
     eps = choose_sign(i, dot, mode, tie_plus, walk_c, u, i * n + t // 2, walk_failures)
     peaks[r] = max(peaks[r], add_signed_difference(row, first, second, eps))
     earlier, later = order[i * n + t - 1], order[i * n + t]
-    to_left = earlier if eps > 0.0 else later
+    to_left = earlier if eps > 0.0 else later  # a select (see mean_balance_step); the other goes right
     next_order[i * n + left[i]] = to_left
     next_order[i * n + right[i]] = earlier + later - to_left
     left[i] += 1
