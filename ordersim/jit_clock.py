@@ -3,7 +3,8 @@
 Numba has no clock in nopython mode. ``seconds()`` calls the C library's ``clock_gettime`` with
 the platform's CLOCK_MONOTONIC (the clock behind Python's ``time.perf_counter`` on Linux) through
 LLVM IR; the JIT resolves the symbol in the running process, which has the C library loaded.
-A call costs ~20 ns, made twice per chunk of steps.
+A call costs ~20 ns, made twice per chunk of steps. Where the C library has no clock_gettime
+(Windows), seconds() is 0 and the serial backend reports no compute/ordering split.
 """
 
 import ctypes
@@ -37,8 +38,13 @@ def _monotonic(typingctx):
 
 if config.DISABLE_JIT:
     seconds = time.perf_counter
-else:
+elif hasattr(time, "CLOCK_MONOTONIC"):
     @njit(inline="always")
     def seconds():
         """Seconds on a monotonic clock (differences only are meaningful)."""
         return _monotonic()
+else:
+    @njit(inline="always")
+    def seconds():
+        """No clock_gettime here (Windows): the serial backend's compute/ordering split reads 0."""
+        return 0.0
