@@ -65,13 +65,17 @@ def _locator_list():
     return getattr(impl, "_locator_classes", None)
 
 
+# Numba's locators for functions in source files, in its order of preference: NUMBA_CACHE_DIR,
+# __pycache__ next to the source, the user-wide directory (when the source tree is read-only).
+_FILE_LOCATORS = ("UserProvidedCacheLocator", "InTreeCacheLocator", "UserWideCacheLocator")
+
+
 def _install() -> bool:
-    """Put tree-stamped versions of the user-provided-directory and in-tree locators first."""
+    """Put tree-stamped versions of Numba's file locators first (names with or without the
+    leading underscore that older Numba versions used)."""
     classes = _locator_list()
-    wanted = [getattr(caching, name, None) for name in ("UserProvidedCacheLocator", "_UserProvidedCacheLocator",
-                                                         "InTreeCacheLocator", "_InTreeCacheLocator")]
-    wanted = [cls for cls in wanted if cls is not None]
-    if classes is None or len(wanted) != 2:
+    wanted = [getattr(caching, name, None) or getattr(caching, "_" + name, None) for name in _FILE_LOCATORS]
+    if classes is None or None in wanted:
         return False
     if not any(getattr(cls, "__name__", "").startswith("TreeStamped") for cls in classes):
         classes[:0] = [_tree_stamped(cls) for cls in wanted]
