@@ -264,7 +264,7 @@ def mpi_epoch(batch_grads):
     observe(gradients, state) on the local rows, or all of them when coordinated (observe:
     ``first_class(orderer kernel)``; a short last step packs its rows in place first). The last
     update follows the loop. Returns the steps done, or -(steps done) - 1 when x stopped being
-    finite. timers (3,) accumulates compute, communication and ordering seconds (MPI_Wtime);
+    finite. timers (3,) accumulates compute, communication and ordering seconds (jit_clock);
     total (d,) is the update's scratch.
 
     The operations are the serial backend's, in the same order (worker_step, row_sums,
@@ -275,7 +275,7 @@ def mpi_epoch(batch_grads):
     kernel = _MPI_EPOCHS.get(batch_grads)
     if kernel is not None:
         return kernel
-    from ordersim.jit_mpi import allgather, wtime
+    from ordersim.jit_mpi import allgather
 
     @njit(error_model="numpy", _nrt=False)  # no reference counting: see serial_epoch
     def kernel(observe, x, velocity, lr, momentum, weight_decay, A, y, params, order, n, b, idx,
@@ -290,7 +290,7 @@ def mpi_epoch(batch_grads):
         while pos < n:
             count = min(b, n - pos)
             step = first_step + k
-            t0 = wtime()
+            t0 = seconds()
             if k > 0:
                 finite = update_after_step(x, velocity, history, coef, k - 1, step - 1,
                                            last_count, coded, lr, momentum, weight_decay, total)
@@ -305,25 +305,25 @@ def mpi_epoch(batch_grads):
                 local_grads = grads.reshape(-1)[:local * count * d].reshape((local, count, d))
                 if coordinated:
                     all_grads = gathered.reshape(-1)[:m * count * d].reshape((m, count, d))
-            t1 = wtime()
+            t1 = seconds()
             sums = history[step % slots]
             if coordinated:
                 allgather(local_grads, all_grads, comm)
                 row_sums(all_grads, sums)
-                t2 = wtime()
+                t2 = seconds()
                 observe(all_grads, state)
             else:
                 allgather(local_sums, sums, comm)
-                t2 = wtime()
+                t2 = seconds()
                 observe(local_grads, state)
-            t3 = wtime()
+            t3 = seconds()
             if trace_every > 0 and step % trace_every == 0:
                 allgather(local_loss, all_loss, comm)
                 step_loss = 0.0
                 for w in range(m):  # in worker order, as sum_in_worker_order
                     step_loss += all_loss[w, 0]
                 trace_loss[k] = step_loss / (m * count)
-            t4 = wtime()
+            t4 = seconds()
             compute += t1 - t0
             communicate += (t2 - t1) + (t4 - t3)
             ordering += t3 - t2
@@ -331,10 +331,10 @@ def mpi_epoch(batch_grads):
             pos += count
             k += 1
         if finite and k > 0:
-            t0 = wtime()
+            t0 = seconds()
             finite = update_after_step(x, velocity, history, coef, k - 1, first_step + k - 1,
                                        last_count, coded, lr, momentum, weight_decay, total)
-            compute += wtime() - t0
+            compute += seconds() - t0
         timers[0] += compute
         timers[1] += communicate
         timers[2] += ordering

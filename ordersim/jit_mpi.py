@@ -23,9 +23,6 @@ _allgather = _library.MPI_Allgather
 _allgather.restype = ctypes.c_int
 _allgather.argtypes = [ctypes.c_void_p, ctypes.c_int, _handle_type(MPI.Datatype),
                        ctypes.c_void_p, ctypes.c_int, _handle_type(MPI.Datatype), _handle_type(MPI.Comm)]
-wtime = _library.MPI_Wtime
-wtime.restype = ctypes.c_double
-wtime.argtypes = []
 
 def _handle(obj, cls) -> int:
     # MPICH's handles are C ints with the high bit set (0x84000000...): as signed values

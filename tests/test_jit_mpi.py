@@ -14,13 +14,11 @@ SCRIPT = textwrap.dedent("""
     from mpi4py import MPI
     from numba import njit
 
-    from ordersim.jit_mpi import allgather, comm_handle, wtime
+    from ordersim.jit_mpi import allgather, comm_handle
 
     @njit
-    def gather_and_time(send, recv, comm):
-        start = wtime()
-        error = allgather(send, recv, comm)
-        return error, start, wtime()
+    def gather(send, recv, comm):
+        return allgather(send, recv, comm)
 
     world = MPI.COMM_WORLD
     rng = np.random.default_rng(world.rank)
@@ -29,10 +27,9 @@ SCRIPT = textwrap.dedent("""
             send = rng.standard_normal(shape)
             got = np.empty((comm.size * shape[0],) + shape[1:])
             want = np.empty_like(got)
-            error, start, stop = gather_and_time(send, got, comm_handle(comm))
+            error = gather(send, got, comm_handle(comm))
             comm.Allgather(send, want)
             assert error == 0 and np.array_equal(got, want), (comm.rank, shape)
-            assert start <= stop and abs(stop - MPI.Wtime()) < 60.0
     checked = world.gather(world.rank)
     if world.rank == 0:
         print("jit-mpi ok on ranks", checked)
