@@ -1,10 +1,11 @@
-"""A monotonic clock for jitted code: the serial epoch loop times its steps and its orderer calls.
+"""A monotonic clock for jitted code: both epoch loops time their steps, orderer and collectives.
 
 Numba has no clock in nopython mode. ``seconds()`` calls the C library's ``clock_gettime`` with
 the platform's CLOCK_MONOTONIC (the clock behind Python's ``time.perf_counter`` on Linux) through
 LLVM IR; the JIT resolves the symbol in the running process, which has the C library loaded.
-A call costs ~20 ns, made twice per chunk of steps. Where the C library has no clock_gettime
-(Windows), seconds() is 0 and the serial backend reports no compute/ordering split.
+A call costs ~20 ns: twice per chunk of steps in the serial loop, a few times per step in the
+MPI loop. Where the C library has no clock_gettime (Windows), seconds() is 0 and the traces'
+compute/ordering/communication times read 0.
 """
 
 import ctypes

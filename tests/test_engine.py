@@ -38,7 +38,7 @@ def reference_sgd(A, y, orders, lam, b, lr, momentum, weight_decay, steps):
     return x, np.array(losses), np.concatenate(grads, axis=1)
 
 
-def serial_epoch(kernel, A, y, orders, params, b, lr, momentum=0.0, weight_decay=0.0,
+def epoch_from_zero(kernel, A, y, orders, params, b, lr, momentum=0.0, weight_decay=0.0,
                  grads_out=None, orderer=None):
     """engine.serial_epoch from x = 0 over the orders; with grads_out, the gradients are stored
     there and observed by ``orderer`` (its begun epoch; none: an observer that does nothing).
@@ -64,7 +64,7 @@ def test_serial_epoch_matches_numpy_sgd(b, momentum, weight_decay, store):
     A, y, orders = least_squares_data()
     problem = make_problem("least-squares", P, lam=0.1)
     grads_out = np.empty((M, N_LOCAL, P)) if store else None
-    done, x, losses = serial_epoch(problem.batch_grads, A, y, orders, problem.params, b, 0.05,
+    done, x, losses = epoch_from_zero(problem.batch_grads, A, y, orders, problem.params, b, 0.05,
                                    momentum, weight_decay, grads_out)
     steps = -(-N_LOCAL // b)
     assert done == steps
@@ -78,19 +78,19 @@ def test_serial_epoch_matches_numpy_sgd(b, momentum, weight_decay, store):
 def test_serial_epoch_reports_divergence():
     A, y, orders = least_squares_data()
     problem = make_problem("least-squares", P, lam=0.0)
-    done, x, _ = serial_epoch(problem.batch_grads, A * 1e200, y, orders, problem.params, 1, 1e200)
+    done, x, _ = epoch_from_zero(problem.batch_grads, A * 1e200, y, orders, problem.params, 1, 1e200)
     assert done == -2, "the first step diverged: -1 - (steps done, the diverging one included)"
     assert not np.all(np.isfinite(x))
 
 
-def run_serial_epoch(orderer_name, A, y, orders, problem, b, lr, chunk_steps):
-    """serial_epoch with the orderer observing chunks of chunk_steps steps; returns (steps or
+def epoch_observed_in_chunks(orderer_name, A, y, orders, problem, b, lr, chunk_steps):
+    """epoch_from_zero with the orderer observing chunks of chunk_steps steps; returns (steps or
     divergence code, x, losses, the orderer's next order)."""
     from ordersim.orderers import make_orderer
 
     orderer = make_orderer(orderer_name, M, N_LOCAL, P, seed=0, first_order="identity")
     orderer.begin_epoch()
-    done, x, losses = serial_epoch(problem.batch_grads, A, y, orders, problem.params, b, lr,
+    done, x, losses = epoch_from_zero(problem.batch_grads, A, y, orders, problem.params, b, lr,
                                    grads_out=np.empty((M, min(chunk_steps * b, N_LOCAL), P)),
                                    orderer=orderer)
     next_order = None
@@ -110,7 +110,7 @@ def test_serial_epoch_observes_every_chunk_like_one_pass(orderer_name, b):
     A, y, orders = least_squares_data()
     orders = np.tile(np.arange(N_LOCAL), (M, 1))  # the orderers' identity first order
     problem = make_problem("least-squares", P, lam=0.1)
-    results = [run_serial_epoch(orderer_name, A, y, orders, problem, b, 0.05, chunk)
+    results = [epoch_observed_in_chunks(orderer_name, A, y, orders, problem, b, 0.05, chunk)
                for chunk in (1, 3, 4, N_LOCAL)]
     steps = -(-N_LOCAL // b)
     for done, x, losses, next_order in results:
@@ -122,7 +122,7 @@ def test_serial_epoch_observes_every_chunk_like_one_pass(orderer_name, b):
     from ordersim.orderers import make_orderer
 
     grads = np.empty((M, N_LOCAL, P))
-    _, x, _ = serial_epoch(problem.batch_grads, A, y, orders, problem.params, b, 0.05, grads_out=grads)
+    _, x, _ = epoch_from_zero(problem.batch_grads, A, y, orders, problem.params, b, 0.05, grads_out=grads)
     whole = make_orderer(orderer_name, M, N_LOCAL, P, seed=0, first_order="identity")
     whole.begin_epoch()
     whole.observe(grads)
@@ -139,7 +139,7 @@ def test_serial_epoch_reports_divergence_in_a_later_chunk():
     A = A.copy()
     rows = [w * N_LOCAL + orders[w, 4] for w in range(M)]  # every worker's fifth example (step 4)
     A[rows] *= 1e200
-    done, x, losses, _ = run_serial_epoch("cd-grab", A, y, orders, problem, 1, 1e-3, 3)
+    done, x, losses, _ = epoch_observed_in_chunks("cd-grab", A, y, orders, problem, 1, 1e-3, 3)
     assert done == -6, "step 4 diverged: -1 - (5 steps done)"
     assert np.all(np.isfinite(losses[:4])) and not np.all(np.isfinite(x))
 
@@ -241,7 +241,7 @@ def test_step_loops_run_a_fresh_kernel_that_allocates():
     results = []
     for kernel in (problem.batch_grads, allocating_least_squares, explicit):
         engine.compile_for_steps(kernel)
-        done, x, _ = serial_epoch(kernel, A, y, orders, problem.params, 1, 0.05)
+        done, x, _ = epoch_from_zero(kernel, A, y, orders, problem.params, 1, 0.05)
         assert done == N_LOCAL
         results.append(x)
     np.testing.assert_allclose(results[1], results[0], rtol=1e-10, atol=1e-12)

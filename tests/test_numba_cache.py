@@ -32,7 +32,8 @@ def helper(number):
 
 
 def run(tmp_path, mode, cache_dir):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    paths = [str(tmp_path)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     env.pop("NUMBA_CACHE_DIR", None)  # without: the in-tree cache (__pycache__ next to the sources)
     if cache_dir:
         env["NUMBA_CACHE_DIR"] = str(tmp_path / "cache")  # as on clusters (docs/cluster.md)
