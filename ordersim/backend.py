@@ -1,7 +1,8 @@
 """Where the workers live: all in one process (serial) or spread over MPI ranks (mpi).
 
 Both backends expose the same few operations, so the simulator is one code path. Per-step traffic
-uses mpi4py's buffer methods (Allgather) on preallocated arrays.
+goes through the jitted epoch loop's exchange (ordersim/node_exchange.py: shared memory on one
+node, else MPI_Allgather); the per-epoch traffic through mpi4py.
 """
 
 import socket
@@ -18,6 +19,7 @@ ABORT_GRACE_SECONDS = 1.0
 class SerialBackend:
     name = "serial"
     rank, size = 0, 1
+    exchange = "none"  # how ranks exchange each step's buffers (MPIBackend)
 
     def __init__(self, workers: int):
         self.workers = workers
@@ -69,19 +71,53 @@ class SerialBackend:
     def abort(self, code: int) -> None:
         raise SystemExit(code)
 
+    def close(self) -> None:
+        """Release what the backend holds (collective)."""
+
 
 class MPIBackend(SerialBackend):
     name = "mpi"
 
-    def __init__(self, workers: int, comm):
+    def __init__(self, workers: int, comm, exchange: str = "auto"):
+        from mpi4py import MPI
+
+        from ordersim import node_exchange
+        from ordersim.jit_mpi import comm_handle
+
         self.comm = comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.workers = workers
-        from ordersim.jit_mpi import comm_handle
-
         self.comm_handle = comm_handle(comm)  # for MPI calls from jitted code
         per_rank = workers // self.size
         self.first, self.last = self.rank * per_rank, (self.rank + 1) * per_rank
+        # The step's exchange goes through shared memory when every rank is on this node
+        # (ordersim/node_exchange.py); collective, so every rank reaches the same answer.
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        one_node = node.Get_size() == self.size
+        node.Free()
+        shared = exchange == "auto" and one_node and self.size > 1 and node_exchange.AVAILABLE
+        self.exchange = "shared-memory" if shared else "allgather"
+        self._slots = None
+
+    def exchange_link(self, doubles: int) -> tuple:
+        """What the jitted step loop passes to node_exchange.exchange for buffers of up to
+        `doubles` per rank (collective: every rank calls it with the same size)."""
+        from ordersim.node_exchange import SharedSlots
+
+        if self.exchange == "allgather":
+            no_slots = np.zeros((0, 1))
+            return self.comm_handle, self.rank, np.zeros(0, np.int64), no_slots, np.zeros(1, np.int64)
+        if self._slots is None or self._slots.doubles < doubles:
+            if self._slots is not None:
+                self._slots.free()
+            self._slots = SharedSlots(self.comm, doubles)
+        slots = self._slots
+        return self.comm_handle, self.rank, slots.flags, slots.slots, slots.calls
+
+    def close(self):
+        if self._slots is not None:
+            self._slots.free()
+            self._slots = None
 
     def gather_workers(self, local, out):
         self.comm.Allgather(np.ascontiguousarray(local), out)

@@ -19,6 +19,7 @@ class ConfigError(ValueError):
 
 SCHEDULES = ("constant", "step", "inv-epoch", "inv-sqrt-epoch", "theory")
 BACKENDS = ("auto", "serial", "mpi")
+EXCHANGES = ("auto", "allgather")
 PARTITIONS = ("contiguous", "shuffled", "dirichlet")
 REMAINDERS = ("drop", "error")
 
@@ -95,6 +96,10 @@ class Config:
                                default=True)
     backend: str = _help("serial (all workers in one process), mpi (ranks host workers), or auto "
                          "(mpi when there are several ranks)", default="auto")
+    exchange: str = _help("mpi backend: how ranks exchange each step's sums or gradients: auto "
+                          "(through shared memory when all ranks are on one node, else "
+                          "MPI_Allgather) or allgather (always); the traces are the same",
+                          default="auto")
     out: str = _help("output HDF5 file ('' = ordersim-<UTC time>.h5 in the current directory)",
                      default="")
     cache_dir: str = _help("directory for cached problem constants ('' = ~/.cache/ordersim or "

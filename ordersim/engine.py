@@ -248,22 +248,25 @@ _MPI_EPOCHS = {}
 
 
 def mpi_epoch(batch_grads):
-    """The MPI backend's epoch: every step, its Allgather and the orderer's kernel inside one jitted
+    """The MPI backend's epoch: every step, its exchange and the orderer's kernel inside one jitted
     function, compiled once per problem kernel:
 
         steps = epoch(observe, x, velocity, lr, momentum, weight_decay, A, y, params, order, n,
                       b, idx, grads, local_sums, local_loss, total, history, coef, coded,
                       first_step, coordinated, gathered, all_loss, trace_every, trace_loss,
-                      state, comm, timers)
+                      state, link, timers)
 
     A step: the previous step's update (apply_update along the gathered sums, or with ``coded``
     apply_coded_update along history and coef[k - 1]); the local workers' gradients and sums for
-    the next b visit positions; one Allgather — of the sums into history[step mod slots], or with
-    ``coordinated`` of the gradients into ``gathered``, summed per worker there; every
-    ``trace_every`` steps one more of the losses into ``trace_loss[k]``; then
-    observe(gradients, state) on the local rows, or all of them when coordinated (observe:
-    ``first_class(orderer kernel)``; a short last step packs its rows in place first). The last
-    update follows the loop. Returns the steps done, or -(steps done) - 1 when x stopped being
+    the next b visit positions; one exchange between the ranks (node_exchange's publish and
+    collect along ``link``: an Allgather's result) — of the sums into history[step mod slots],
+    or with ``coordinated`` of the gradients into ``gathered``, summed per worker there (at b = 1
+    a gradient is its worker's sum: gathered into history directly); between
+    publish and collect observe(gradients, state) on the local rows, or, when coordinated, on
+    every worker's rows of the step before (observe: ``first_class(orderer kernel)``; a short
+    last step packs its rows in place first); every ``trace_every`` steps one more exchange, of
+    the losses, into ``trace_loss[k]``. The last update (and a coordinated orderer's last
+    observe) follows the loop. Returns the steps done, or -(steps done) - 1 when x stopped being
     finite. timers (3,) accumulates compute, communication and ordering seconds (jit_clock);
     total (d,) is the update's scratch.
 
@@ -275,18 +278,19 @@ def mpi_epoch(batch_grads):
     kernel = _MPI_EPOCHS.get(batch_grads)
     if kernel is not None:
         return kernel
-    from ordersim.jit_mpi import allgather
+    from ordersim.node_exchange import collect, exchange, publish
 
     @njit(error_model="numpy", _nrt=False)  # no reference counting: see serial_epoch
     def kernel(observe, x, velocity, lr, momentum, weight_decay, A, y, params, order, n, b, idx,
                grads, local_sums, local_loss, total, history, coef, coded, first_step,
-               coordinated, gathered, all_loss, trace_every, trace_loss, state, comm, timers):
+               coordinated, gathered, all_loss, trace_every, trace_loss, state, link, timers):
         local, d = grads.shape[0], grads.shape[2]
         slots, m = history.shape[0], history.shape[1]
         k = last_count = 0
         pos = np.int64(0)  # not a literal 0: see serial_epoch
         compute = communicate = ordering = 0.0
         finite = True
+        previous = gathered  # a coordinated orderer's gradients of the step before
         while pos < n:
             count = min(b, n - pos)
             step = first_step + k
@@ -306,19 +310,31 @@ def mpi_epoch(batch_grads):
                 if coordinated:
                     all_grads = gathered.reshape(-1)[:m * count * d].reshape((m, count, d))
             t1 = seconds()
-            sums = history[step % slots]
+            # publish, then the orderer while the other ranks catch up, then collect: with the
+            # shared-memory exchange the orderer's work overlaps the wait (node_exchange.py). A
+            # coordinated orderer observes every worker's gradients, so one step late.
             if coordinated:
-                allgather(local_grads, all_grads, comm)
-                row_sums(all_grads, sums)
-                t2 = seconds()
-                observe(all_grads, state)
+                publish(local_grads, link)
             else:
-                allgather(local_sums, sums, comm)
-                t2 = seconds()
+                publish(local_sums, link)
+            t2 = seconds()
+            if not coordinated:
                 observe(local_grads, state)
+            elif k > 0:
+                observe(previous, state)
             t3 = seconds()
+            if coordinated:
+                if b == 1:  # a worker's gradient is its sum (the updates add it to 0.0 either way)
+                    all_grads = history[step % slots].reshape((m, 1, d))
+                    collect(local_grads, all_grads, link)
+                else:
+                    collect(local_grads, all_grads, link)
+                    row_sums(all_grads, history[step % slots])
+                previous = all_grads
+            else:
+                collect(local_sums, history[step % slots], link)
             if trace_every > 0 and step % trace_every == 0:
-                allgather(local_loss, all_loss, comm)
+                exchange(local_loss, all_loss, link)
                 step_loss = 0.0
                 for w in range(m):  # in worker order, as sum_in_worker_order
                     step_loss += all_loss[w, 0]
@@ -330,6 +346,10 @@ def mpi_epoch(batch_grads):
             last_count = count
             pos += count
             k += 1
+        if coordinated and k > 0:
+            t0 = seconds()
+            observe(previous, state)
+            ordering += seconds() - t0
         if finite and k > 0:
             t0 = seconds()
             finite = update_after_step(x, velocity, history, coef, k - 1, first_step + k - 1,

@@ -73,7 +73,8 @@ def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: dic
     backend = SerialBackend(1)
     try:
         config = check_fields(build_config(values), size)
-        backend = MPIBackend(config.workers, comm) if config.backend == "mpi" else SerialBackend(config.workers)
+        backend = (MPIBackend(config.workers, comm, config.exchange) if config.backend == "mpi"
+                   else SerialBackend(config.workers))
         out = backend.bcast(config.out or default_out_path())
         error = check_output(out) if rank == 0 else None
         state, complete = None, False
@@ -106,13 +107,16 @@ def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: dic
         if state is not None:
             print(f"ordersim: resuming from {checkpoint_path(out)}", flush=True)
     start = time.perf_counter()
+    # backend.close() is collective: only on the paths every rank takes (an exception aborts)
     try:
         results = run_experiment(config, backend, setup, out, stop, state, cell)
     except Checkpointed as stopped:
+        backend.close()
         if rank == 0:
             print(f"ordersim: stopped by a signal; checkpoint {stopped}; trace {out}; continue with "
                   f"--resume (exit {EXIT_CHECKPOINTED})", file=sys.stderr, flush=True)
         return EXIT_CHECKPOINTED
+    backend.close()
     if rank == 0:
         print()
         print(summary_table(results))
@@ -120,10 +124,13 @@ def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: dic
     return 0
 
 
+RESULT_NEUTRAL = ("quiet", "exchange")  # fields that change no value in the trace
+
+
 def config_differences(saved_json: str, config) -> list[str]:
-    """Fields (other than `quiet`) in which config differs from a saved config's JSON."""
+    """Fields (other than RESULT_NEUTRAL ones) in which config differs from a saved config's JSON."""
     saved, current = json.loads(saved_json), json.loads(config.to_json())
-    return sorted(k for k in current if k != "quiet" and saved.get(k) != current[k])
+    return sorted(k for k in current if k not in RESULT_NEUTRAL and saved.get(k) != current[k])
 
 
 def trace_is_complete(out: str, config) -> bool:

@@ -21,7 +21,7 @@ from ordersim.data import open_dataset, partition, streamed_source
 from ordersim.backend import SerialBackend
 from ordersim.checkpoint import StopRequest, checkpoint_path
 from ordersim.checkpoint import save as save_checkpoint
-from ordersim.config import (BACKENDS, PARTITIONS, REMAINDERS, SCHEDULES, Config, ConfigError)
+from ordersim.config import (BACKENDS, EXCHANGES, PARTITIONS, REMAINDERS, SCHEDULES, Config, ConfigError)
 from ordersim.orderers import available_orderers, make_orderer, orderer_class
 from ordersim.orderers.base import FIRST_ORDERS, SIGNS, TIES, default_walk_c
 from ordersim.streams import stream
@@ -42,7 +42,7 @@ def check_fields(config: Config, ranks: int) -> Config:
     def bad(name, value, allowed):
         raise ConfigError(f"config field {name!r}: {value!r} is not allowed; allowed: {allowed}")
 
-    for name, allowed in (("backend", BACKENDS), ("schedule", SCHEDULES), ("partition", PARTITIONS),
+    for name, allowed in (("backend", BACKENDS), ("exchange", EXCHANGES), ("schedule", SCHEDULES), ("partition", PARTITIONS),
                           ("remainder", REMAINDERS), ("sign", SIGNS), ("tie", TIES),
                           ("first_order", FIRST_ORDERS)):
         if getattr(config, name) not in allowed:
@@ -360,8 +360,8 @@ class Run:
         s, config = self.setup, self.setup.config
         m, n, b, d, local = self.m, self.n, self.b, self.d, self.local
         # The whole epoch is one jitted call (engine.mpi_epoch): per step the update, the local
-        # gradients, one Allgather from inside the jitted code and the orderer's state kernel.
-        # Everything it touches is allocated here, once per epoch.
+        # gradients, one exchange between the ranks from inside the jitted code and the orderer's
+        # state kernel. Everything it touches is allocated here, once per epoch.
         history, coef, coded = self._update_inputs(coef)
         gradients = self.orderer.needs_gradients
         kernel = engine.mpi_epoch(s.problem.batch_grads)
@@ -371,11 +371,12 @@ class Run:
         gathered = np.empty((m, b, d) if self.coordinated else (1, 1, 1))
         trace_loss = np.full(self.steps_per_epoch, np.nan)  # filled every trace_every steps
         timers = np.zeros(3)
+        link = s.backend.exchange_link(gathered.size // s.backend.size if self.coordinated else local * d)
         done = kernel(observe, self.x, self.velocity, lr, config.momentum, config.weight_decay,
                       s.A, s.y, s.problem.params, order, n, b, self.idx, grads,
                       np.empty((local, d)), np.empty((local, 1)), np.empty(d), history, coef,
                       coded, self.step, self.coordinated, gathered, np.empty((m, 1)),
-                      config.trace_every, trace_loss, state, s.backend.comm_handle, timers)
+                      config.trace_every, trace_loss, state, link, timers)
         self._record_steps(epoch, trace_loss[:done if done >= 0 else -done - 1])
         for key, seconds in zip(("compute_time", "comm_time", "order_time"), timers):
             self.timers[key] += seconds
@@ -561,7 +562,8 @@ def open_trace(config, backend, setup, out, plan, resume, cell):
         return TraceWriter.reopen(out, plan[:position], current, resume.get("lengths", {}),
                                   locking=config.hdf5_locking)
     writer = TraceWriter(out, dict(
-        config=config.to_json(), ranks=backend.size, backend=config.backend, hosts=hosts,
+        config=config.to_json(), ranks=backend.size, backend=config.backend,
+        exchange=backend.exchange, hosts=hosts,
         problem=config.problem, data=config.data, dropped_examples=setup.dropped,
         data_info=setup.data_info, **({"sweep_cell": cell} if cell else {})),
         locking=config.hdf5_locking)

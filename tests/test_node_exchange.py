@@ -1,0 +1,72 @@
+"""The step's exchange between ranks (ordersim/node_exchange.py), under mpiexec -n 2 and -n 4: the
+shared-memory exchange must deliver what MPI_Allgather delivers, call after call with no stale
+slot, while the ranks arrive skewed, across a growth of its window, jitted and as plain Python;
+`exchange = "allgather"` must use MPI_Allgather."""
+
+import textwrap
+
+import pytest
+
+from conftest import run_mpi
+
+SCRIPT = textwrap.dedent("""
+    import numpy as np
+    from mpi4py import MPI
+    from numba import njit
+
+    from ordersim.backend import MPIBackend
+    from ordersim.node_exchange import exchange
+
+    CALLS = 3000
+
+    @njit
+    def exchange_many(link, rank, size, calls, received):
+        # Rank- and call-dependent work before each exchange, so that the ranks arrive in a
+        # changing order and a rank that is ahead overwrites its slot while others still read.
+        errors = 0
+        send = np.empty(size)
+        spin = 0.0
+        for c in range(calls):
+            for i in range(((c * 7 + rank * 3) % 5) * 400):
+                spin += 1e-9 * i
+            for i in range(size):
+                send[i] = rank * 1e6 + c * 1e2 + i
+            errors += exchange(send, received[c], link)
+        return errors + (spin < 0)
+
+    world = MPI.COMM_WORLD
+    rank, ranks = world.Get_rank(), world.Get_size()
+    shared = MPIBackend(ranks, world)
+    assert shared.exchange == "shared-memory", shared.exchange
+    for size in (5, 64, 300):  # 300 outgrows the first window: reallocated, collectively
+        received = np.empty((CALLS, ranks * size))
+        errors = exchange_many(shared.exchange_link(size), rank, size, CALLS, received)
+        q, c, i = np.meshgrid(np.arange(ranks), np.arange(CALLS), np.arange(size))
+        expected = (q * 1e6 + c * 1e2 + i).reshape(CALLS, ranks * size)
+        assert errors == 0 and np.array_equal(received, expected), (rank, size)
+    shared.close()
+
+    plain = MPIBackend(ranks, world, "allgather")
+    link = plain.exchange_link(8)
+    assert plain.exchange == "allgather" and link[3].shape[0] == 0
+    send, got, want = np.full(8, float(rank)), np.empty(ranks * 8), np.empty(ranks * 8)
+    exchange(send, got, link)
+    world.Allgather(send, want)
+    assert np.array_equal(got, want)
+    checked = world.gather(rank)
+    if rank == 0:
+        print("exchange ok on ranks", checked)
+""")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("jit", ["jitted", "plain-python"])
+def test_shared_memory_exchange_delivers_what_allgather_does(ranks, jit, tmp_path):
+    script = tmp_path / "exchange_check.py"
+    fewer_calls = SCRIPT.replace("CALLS = 3000", "CALLS = 200")  # the interpreter is slow
+    script.write_text(fewer_calls if jit == "plain-python" else SCRIPT)
+    env = {"NUMBA_DISABLE_JIT": "1"} if jit == "plain-python" else None
+    result = run_mpi(ranks, [str(script)], timeout=240, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"exchange ok on ranks {list(range(ranks))}" in result.stdout
