@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, run_mpi
+from conftest import ROOT, mpiexec_path, run_mpi
 
 SMALL = ["--epochs", "3", "--workers", "4", "--batch", "3", "--seeds", "0", "1", "--quiet",
          "--record-orders", "--trace-every", "5", "--orderers", "rr", "d-grab", "cd-grab", "d-grab-pair"]
@@ -256,6 +256,52 @@ def test_exception_on_one_rank_ends_the_job_and_keeps_the_trace(tmp_path, ranks)
         assert f["runs/rr/seed_0"].attrs["status"] == "completed"
         assert len(f["runs/rr/seed_0/train_loss"]) == 3
         assert f["runs/rr/seed_1"].attrs["status"] == "interrupted"
+
+
+def rank_pid(marker: str, rank: int) -> int:
+    """The pid of the rank `rank` process of the job whose command line holds `marker` (Linux)."""
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environment = f.read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if marker.encode() in args and f"PMI_RANK={rank}".encode() in environment:
+            return int(entry)
+    raise AssertionError(f"no process of rank {rank} with {marker} in its command line")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_a_killed_rank_ends_the_job_while_the_others_wait_in_the_exchange(tmp_path, ranks):
+    """SIGKILL to the last rank mid-training, where the others spin in the shared-memory exchange
+    (no MPI call there notices a dead peer): mpiexec ends the whole job within seconds, and the
+    trace keeps the epochs rank 0 completed."""
+    out = tmp_path / "crash.h5"
+    args = ["-m", "ordersim", "--data", "synthetic:classification?n=20000&d=31", "--epochs", "100000",
+            "--measure-every", "10", "--orderers", "cd-grab", "--seeds", "0", "--out", str(out)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
+    proc = subprocess.Popen([mpiexec_path(), "-n", str(ranks), sys.executable, *args], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in proc.stdout:
+            if "epoch  10/100000" in line:  # measured; then 9 epochs of training only
+                break
+        time.sleep(0.2)
+        os.kill(rank_pid(str(out), ranks - 1), signal.SIGKILL)
+        killed = time.monotonic()
+        proc.wait(timeout=60)
+        assert time.monotonic() - killed < 30
+        assert proc.returncode != 0
+    finally:
+        proc.kill()
+        proc.wait()
+    with open_when_released(out) as f:
+        run = f["runs/cd-grab/seed_0"]
+        assert list(run["epoch"][:2]) == [0, 10]
+        assert f.attrs["exchange"] == "shared-memory"
 
 
 def test_killed_run_leaves_a_readable_file_with_completed_epochs(tmp_path):
