@@ -1,7 +1,7 @@
 """MPI calls from jitted code (ordersim/jit_mpi.py), under mpiexec -n 2 and -n 4: the Allgather
-that the MPI backend's epoch loop calls must gather exactly what mpi4py's does, on the world
-communicator and on a split one (MPICH's handles of those have the high bit set), and MPI_Wtime
-must be the clock mpi4py reads."""
+that the MPI backend's epoch loop calls (ranks on several nodes, or --exchange allgather) must
+gather exactly what mpi4py's does, on the world communicator and on a split one (MPICH's handles
+of those have the high bit set)."""
 
 import textwrap
 
