@@ -99,13 +99,15 @@ if config.DISABLE_JIT:
 else:
     load_acquire, store_release, spin_hint = _load_acquire, _store_release, _spin_hint
 
-if AVAILABLE:
-    _sched_yield = ctypes.CDLL(None, use_errno=False).sched_yield
-    _sched_yield.restype, _sched_yield.argtypes = ctypes.c_int, []
-    yield_core = _sched_yield if not config.DISABLE_JIT else os.sched_yield
+if config.DISABLE_JIT and AVAILABLE:
+    yield_core = os.sched_yield
+elif AVAILABLE:  # the C library's, which jitted code calls directly
+    yield_core = ctypes.CDLL(None).sched_yield
+    yield_core.restype, yield_core.argtypes = ctypes.c_int, []
 else:
+    @njit
     def yield_core():
-        raise RuntimeError("no sched_yield on this platform: the shared-memory exchange is off")
+        """Never called (no shared-memory exchange here), but collect() must still compile."""
 
 
 @njit(error_model="numpy", _nrt=False)

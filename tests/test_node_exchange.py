@@ -3,11 +3,14 @@ shared-memory exchange must deliver what MPI_Allgather delivers, call after call
 slot, while the ranks arrive skewed, across a growth of its window, jitted and as plain Python;
 `exchange = "allgather"` must use MPI_Allgather."""
 
+import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
 
-from conftest import run_mpi
+from conftest import ROOT, run_mpi
 
 SCRIPT = textwrap.dedent("""
     import numpy as np
@@ -70,3 +73,29 @@ def test_shared_memory_exchange_delivers_what_allgather_does(ranks, jit, tmp_pat
     result = run_mpi(ranks, [str(script)], timeout=240, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"exchange ok on ranks {list(range(ranks))}" in result.stdout
+
+
+NO_SCHED_YIELD = textwrap.dedent("""
+    import os
+    del os.sched_yield  # as on a platform without it (Windows)
+    import numpy as np
+    from numba import typeof
+
+    from ordersim import node_exchange
+
+    assert not node_exchange.AVAILABLE
+    link = (0, 0, np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(1, np.int64))
+    node_exchange.collect.compile((typeof(np.zeros(3)), typeof(np.zeros(6)), typeof(link)))
+    print("collect compiles")
+""")
+
+
+def test_without_sched_yield_the_exchange_still_compiles(tmp_path):
+    """Where there is no sched_yield every exchange is an MPI_Allgather, but the step loop's
+    collect() holds the shared-memory branch too and must compile."""
+    script = tmp_path / "no_yield.py"
+    script.write_text(NO_SCHED_YIELD)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            cwd=ROOT, timeout=120, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert result.returncode == 0, result.stderr
+    assert "collect compiles" in result.stdout
