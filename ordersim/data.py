@@ -24,10 +24,11 @@ import numpy as np
 from numba import njit
 
 from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
+from ordersim.libsvm import LibsvmRows
 from ordersim.streams import stream
 
 SOURCES = ("synthetic", "sklearn", "libsvm", "csv", "npz", "hdf5")
-STREAMED_SOURCES = ("synthetic", "hdf5")  # read a block of rows at a time, by every rank
+STREAMED_SOURCES = ("synthetic", "hdf5", "libsvm")  # read a block of rows at a time, by every rank
 SYNTHETIC_KINDS = {
     "regression": {"n": 1000, "d": 20, "cond": 10.0, "noise": 0.1},
     "classification": {"n": 1000, "d": 20, "cond": 10.0, "sep": 2.0, "classes": 2},
@@ -196,65 +197,6 @@ def _sklearn(spec: str, name: str, options: dict):
 def _require_file(source: str, path: str) -> None:
     if not os.path.isfile(path):
         raise ValueError(f"{source} file {path!r} does not exist")
-
-
-def _libsvm(spec: str, path: str, options: dict):
-    _check_keys(spec, options, FILE_OPTIONS["libsvm"])
-    _require_file("libsvm", path)
-    labels, rows, cols, vals = [], [], [], []
-    min_index, max_index = None, 0
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            content = line.split("#", 1)[0].strip()
-            if not content:
-                continue
-            tokens = content.split()
-            try:
-                label = float(tokens[0])
-            except ValueError:
-                raise ValueError(f"libsvm file {path!r} line {lineno}: label {tokens[0]!r} is not a number "
-                                 f"(expected: LABEL INDEX:VALUE ...; one label per line)") from None
-            if not math.isfinite(label):
-                raise ValueError(f"libsvm file {path!r} line {lineno}: label {tokens[0]!r} is not finite")
-            row = len(labels)
-            labels.append(label)
-            previous = None
-            for token in tokens[1:]:
-                index_text, sep, value_text = token.partition(":")
-                try:
-                    if not sep:
-                        raise ValueError
-                    index, value = int(index_text), float(value_text)
-                    if index < 0:
-                        raise ValueError
-                except ValueError:
-                    raise ValueError(f"libsvm file {path!r} line {lineno}: malformed feature {token!r} "
-                                     f"(expected INDEX:VALUE with an integer INDEX >= 1 and a number VALUE)") from None
-                if not math.isfinite(value):
-                    raise ValueError(f"libsvm file {path!r} line {lineno}: feature {index} has the non-finite "
-                                     f"value {value_text!r}")
-                if previous is not None and index <= previous:
-                    raise ValueError(f"libsvm file {path!r} line {lineno}: feature indices must increase, "
-                                     f"got {index} after {previous}")
-                previous = index
-                min_index = index if min_index is None else min(min_index, index)
-                max_index = max(max_index, index)
-                rows.append(row)
-                cols.append(index)
-                vals.append(value)
-    if not labels:
-        raise ValueError(f"libsvm file {path!r} holds no examples")
-    zero_based = min_index == 0  # like scikit-learn's "auto": one index 0 makes the file zero-based
-    cols = np.asarray(cols, dtype=np.int64) - (0 if zero_based else 1)
-    p = max_index + 1 if zero_based else max_index
-    if "features" in options:
-        want = _number(spec, "features", options["features"], int, 1)
-        if want < p:
-            raise ValueError(f"libsvm file {path!r}: features={want} but the file uses {p} features")
-        p = want
-    X = np.zeros((len(labels), max(p, 1)))
-    X[np.asarray(rows, dtype=np.int64), cols] = vals
-    return X, np.asarray(labels), None, {"zero_based": bool(zero_based)}
 
 
 def _csv(spec: str, path: str, options: dict):
@@ -441,13 +383,16 @@ def _open_rows(source: str, spec: str, name: str, options: dict, seed: int, hdf5
         return rows, f"synthetic data {spec!r}", rows.task, rows.extra, None
     if source == "hdf5":
         return HDF5Rows(spec, name, options, hdf5_locking), f"hdf5 file {name!r}", None, {}, None
+    if source == "libsvm":
+        _check_keys(spec, options, FILE_OPTIONS["libsvm"])
+        _require_file("libsvm", name)
+        features = _number(spec, "features", options["features"], int, 1) if "features" in options else None
+        rows = LibsvmRows(name, ROW_BLOCK, features)
+        return rows, f"libsvm file {name!r}", None, {"zero_based": rows.zero_based}, None
     lines = None
     if source == "sklearn":
         X, y, task, extra = _sklearn(spec, name, options)
         where = f"scikit-learn data set {name!r}"
-    elif source == "libsvm":
-        X, y, task, extra = _libsvm(spec, name, options)
-        where = f"libsvm file {name!r}"
     elif source == "csv":
         X, y, task, extra = _csv(spec, name, options)
         lines = extra.pop("_lines")
