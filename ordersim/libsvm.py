@@ -6,9 +6,9 @@
 Opening scans the file's bytes once (Numba, a piece of 16 MB at a time, so the file is never in
 memory as a whole): every data line is checked, the rows counted, the range of the feature
 indices found and the byte offset of every block_rows-th row kept. A block is then read and
-parsed on its own. An MPI rank parses only the blocks that hold its workers' rows, and no process holds
-more of the data set than the rows it asks for (the parser before this kept every value of the
-file as Python objects on rank 0: ~100 bytes per nonzero).
+parsed on its own. An MPI rank parses only the blocks that hold its workers' rows, and no process
+holds more of the data set than the rows it asks for (the reader before this kept every value of
+the file as Python objects on rank 0: ~100 bytes per nonzero).
 
 Format: ``LABEL INDEX:VALUE INDEX:VALUE ...`` per line, indices increasing; ``#`` starts a
 comment; blank lines are skipped; lines end with ``\\n`` (``\\r\\n`` works too). Indices are
@@ -16,8 +16,8 @@ comment; blank lines are skipped; lines end with ``\\n`` (``\\r\\n`` works too).
 a non-negative integer written with digits (an optional ``+``); a LABEL or VALUE is a decimal
 number as Python's ``float()`` reads it, without underscores: ``-1``, ``.5``, ``2.5e-3``, ``inf``
 and ``nan`` (the last two rejected as not finite), not hexadecimal. Values are converted by the C
-library's ``strtod``, correctly rounded like ``float()``. Every problem is reported as the first
-one in the file, with its line number (``ScanResult.message``).
+library's ``strtod``, correctly rounded like ``float()``. The first problem in the file is
+raised as a one-line ValueError with its line number.
 """
 
 import math
