@@ -20,16 +20,14 @@ library's ``strtod``, correctly rounded like ``float()``. The first problem in t
 raised as a one-line ValueError with its line number.
 """
 
-import math
 import os
 
 import numpy as np
-from llvmlite import ir
-from numba import config, njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
 
 from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
+from ordersim import text_numbers
+from ordersim.text_numbers import PLUS, SCRATCH, check_number, is_digit, is_space, value
 
 # scan() outcome codes (result[ERROR])
 OK, BAD_LABEL, LABEL_NOT_FINITE, BAD_FEATURE, VALUE_NOT_FINITE, NOT_INCREASING = range(6)
@@ -37,42 +35,9 @@ OK, BAD_LABEL, LABEL_NOT_FINITE, BAD_FEATURE, VALUE_NOT_FINITE, NOT_INCREASING =
 # the byte span of the offending token, the index and the previous index it concerns
 ROWS, MIN_INDEX, MAX_INDEX, ERROR, LINE, SPAN_START, SPAN_END, INDEX, PREVIOUS = range(9)
 RESULT_SLOTS = 9
-SCRATCH = 64  # bytes for one number and its NUL (a longer number allocates its own)
-READ_BYTES = 1 << 24  # the scan reads the file in pieces of this size (whole lines)
 MAX_INDEX_DIGITS = 18  # an int64 holds every index with this many digits
 
-_NEWLINE, _HASH, _COLON, _PLUS, _MINUS, _DOT = 10, 35, 58, 43, 45, 46
-
-
-@intrinsic
-def _strtod(typingctx, address):
-    """C's strtod on the NUL-terminated bytes at ``address``."""
-    if not isinstance(address, types.Integer):
-        return None
-    def codegen(context, builder, signature, args):
-        char_pointer = ir.IntType(8).as_pointer()
-        strtod = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.DoubleType(), [char_pointer, char_pointer.as_pointer()]),
-            "strtod")
-        return builder.call(strtod, [builder.inttoptr(args[0], char_pointer),
-                                     ir.Constant(char_pointer.as_pointer(), None)])
-    return types.float64(address), codegen
-
-
-if config.DISABLE_JIT:
-    def _to_double(scratch, length):
-        """The number in scratch[:length] (grammar checked already): float() agrees with strtod."""
-        return float(bytes(scratch[:length]).decode("ascii"))
-else:
-    @njit(inline="always")
-    def _to_double(scratch, length):
-        scratch[length] = 0
-        return _strtod(scratch.ctypes.data)
-
-
-@njit(inline="always")
-def _is_space(c):
-    return c == 32 or c == 9 or c == 13 or c == 11 or c == 12
+_NEWLINE, _HASH, _COLON = 10, 35, 58
 
 
 @njit(inline="always")
@@ -80,106 +45,21 @@ def _token_end(buf, i):
     """The end of the token starting at i: whitespace, a newline, a comment or the end of buf."""
     while i < buf.shape[0]:
         c = buf[i]
-        if c == _NEWLINE or c == _HASH or _is_space(c):
+        if c == _NEWLINE or c == _HASH or is_space(c):
             break
         i += 1
     return i
 
 
 @njit(inline="always")
-def _is_digit(c):
-    return 48 <= c <= 57
-
-
-@njit(inline="always")
-def _lower(c):
-    return c + 32 if 65 <= c <= 90 else c
-
-
-@njit(inline="always")
-def _is_word(buf, start, end, word):
-    """buf[start:end] spells ``word`` (lower-case ASCII codes), in any case."""
-    if end - start != len(word):
-        return False
-    for k in range(len(word)):
-        if _lower(buf[start + k]) != word[k]:
-            return False
-    return True
-
-
-NOT_A_NUMBER, FINITE_DECIMAL, OTHER_NUMBER = range(3)  # _decimal_kind's answers
-
-
-@njit(inline="always")
-def _decimal_kind(buf, start, end):
-    """Whether buf[start:end] is a number in Python float()'s grammar, underscores aside (a sign,
-    then digits with at most one point and at least one digit and an optional exponent, or inf,
-    infinity, nan): NOT_A_NUMBER; FINITE_DECIMAL when its value is surely finite (no exponent,
-    fewer than 300 digits before the point), so that checking it needs no conversion;
-    OTHER_NUMBER else."""
-    i = start
-    if i < end and (buf[i] == _PLUS or buf[i] == _MINUS):
-        i += 1
-    if _is_word(buf, i, end, (105, 110, 102)) or _is_word(buf, i, end, (110, 97, 110)) \
-            or _is_word(buf, i, end, (105, 110, 102, 105, 110, 105, 116, 121)):
-        return OTHER_NUMBER
-    digits = 0
-    while i < end and _is_digit(buf[i]):
-        i += 1
-        digits += 1
-    whole = digits
-    if i < end and buf[i] == _DOT:
-        i += 1
-        while i < end and _is_digit(buf[i]):
-            i += 1
-            digits += 1
-    if digits == 0:
-        return NOT_A_NUMBER
-    if i == end:
-        return FINITE_DECIMAL if whole < 300 else OTHER_NUMBER
-    if _lower(buf[i]) != 101:  # e
-        return NOT_A_NUMBER
-    i += 1
-    if i < end and (buf[i] == _PLUS or buf[i] == _MINUS):
-        i += 1
-    if i == end:
-        return NOT_A_NUMBER
-    while i < end and _is_digit(buf[i]):
-        i += 1
-    return OTHER_NUMBER if i == end else NOT_A_NUMBER
-
-
-@njit(inline="always")
-def _value(buf, start, end, scratch):
-    """The value of the number buf[start:end] (its grammar checked). scratch: room for the usual
-    number and its terminating NUL; a longer one gets its own."""
-    length = end - start
-    if length >= scratch.shape[0]:
-        scratch = np.empty(length + 1, dtype=np.uint8)
-    for k in range(length):
-        scratch[k] = buf[start + k]
-    return _to_double(scratch, length)
-
-
-@njit(inline="always")
-def _check_number(buf, start, end, scratch):
-    """(whether buf[start:end] is a number, whether it is finite); converts only numbers whose
-    finiteness the text does not settle."""
-    kind = _decimal_kind(buf, start, end)
-    if kind == NOT_A_NUMBER:
-        return False, False
-    return True, kind == FINITE_DECIMAL or math.isfinite(_value(buf, start, end, scratch))
-
-
-@njit(inline="always")
 def _index(buf, start, end):
     """The non-negative integer buf[start:end] (digits, an optional +), or -1."""
-    i = start + (1 if start < end and buf[start] == _PLUS else 0)
+    i = start + (1 if start < end and buf[start] == PLUS else 0)
     if i == end or end - i > MAX_INDEX_DIGITS:
         return -1
     value = 0
     while i < end:
-        if not _is_digit(buf[i]):
+        if not is_digit(buf[i]):
             return -1
         value = value * 10 + (buf[i] - 48)
         i += 1
@@ -198,7 +78,7 @@ def _skip_line(buf, i):
 def _next_token(buf, i):
     """The start of the line's next token after i, or -(position after the line) - 1 at its end."""
     size = buf.shape[0]
-    while i < size and _is_space(buf[i]):
+    while i < size and is_space(buf[i]):
         i += 1
     if i >= size:
         return -size - 1
@@ -246,7 +126,7 @@ def scan(buf, base, block_rows, offsets, result):
         if rows % block_rows == 0:
             offsets[rows // block_rows] = base + start
         i = _token_end(buf, start)
-        ok, finite = _check_number(buf, start, i, scratch)
+        ok, finite = check_number(buf, start, i, scratch)
         if not ok:
             _fail(result, BAD_LABEL, line, start, i, 0, 0)
             return
@@ -260,7 +140,7 @@ def scan(buf, base, block_rows, offsets, result):
                 i = -start - 1
                 break
             index = _index(buf, start, colon) if colon < i else -1
-            ok, finite = _check_number(buf, colon + 1, i, scratch)
+            ok, finite = check_number(buf, colon + 1, i, scratch)
             if index < 0 or not ok:
                 _fail(result, BAD_FEATURE, line, start, i, 0, 0)
                 return
@@ -278,6 +158,15 @@ def scan(buf, base, block_rows, offsets, result):
     result[ROWS], result[LINE] = rows, line
 
 
+@njit(cache=True)
+def _after_last_newline(buf):
+    """The position after buf's last newline (0: none)."""
+    i = buf.shape[0]
+    while i > 0 and buf[i - 1] != _NEWLINE:
+        i -= 1
+    return i
+
+
 @njit(cache=True, error_model="numpy")
 def parse_rows(buf, start, shift, X, y):
     """The X.shape[0] rows from byte offset ``start`` of a scanned file: labels into y, value of
@@ -289,13 +178,13 @@ def parse_rows(buf, start, shift, X, y):
         while begin < 0:  # blank and comment lines between the rows
             begin = _next_token(buf, -begin - 1)
         i = _token_end(buf, begin)
-        y[r] = _value(buf, begin, i, scratch)
+        y[r] = value(buf, begin, i, scratch)
         while True:
             begin, i, colon = _next_feature(buf, i)
             if begin < 0:
                 i = -begin - 1
                 break
-            X[r, _index(buf, begin, colon) - shift] = _value(buf, colon + 1, i, scratch)
+            X[r, _index(buf, begin, colon) - shift] = value(buf, colon + 1, i, scratch)
 
 
 class LibsvmRows:
@@ -303,7 +192,7 @@ class LibsvmRows:
     protocol: ``rows``, ``features``, ``labels`` (None: they come with the blocks), ``block(b)``).
     ``features`` (from the spec's ``features=D``): at least this many columns. Raises a one-line
     ValueError naming the file and the line of the first problem. The file is read in pieces of
-    READ_BYTES for the scan and one block's bytes at a time afterwards."""
+    text_numbers.READ_BYTES for the scan and one block's bytes at a time afterwards."""
 
     labels = None
 
@@ -313,23 +202,15 @@ class LibsvmRows:
         offsets = np.zeros(self.size // (2 * block_rows) + 2, dtype=np.int64)  # a row takes >= 2 bytes
         result = np.zeros(RESULT_SLOTS, dtype=np.int64)
         result[MIN_INDEX] = result[MAX_INDEX] = -1
-        base, carry = 0, b""
-        with open(path, "rb") as fh:
-            while True:
-                data = fh.read(READ_BYTES)
-                text = carry + data
-                cut = len(text) if not data else text.rfind(b"\n") + 1  # whole lines, or the rest
-                if data and cut == 0:  # a line longer than READ_BYTES: read on
-                    carry = text
-                    continue
-                body, carry = text[:cut], text[cut:]
-                buf = np.frombuffer(body, dtype=np.uint8)
-                scan(buf, base, block_rows, offsets, result)
-                if result[ERROR] != OK:
-                    raise ValueError(self._message(buf, result))
-                base += cut
-                if not data:
-                    break
+
+        def scan_piece(buf, base, at_end):  # whole lines
+            end = buf.size if at_end else _after_last_newline(buf)
+            scan(buf[:end], base, block_rows, offsets, result)
+            if result[ERROR] != OK:
+                raise ValueError(self._message(buf, result))
+            return end
+
+        text_numbers.scan_pieces(path, scan_piece)
         self.rows = int(result[ROWS])
         if self.rows == 0:
             raise ValueError(f"libsvm file {path!r} holds no examples")

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ordersim import libsvm
+from ordersim import text_numbers
 from ordersim.libsvm import LibsvmRows
 from reference.libsvm import load_libsvm
 
@@ -66,7 +66,7 @@ def read_whole(path, block_rows, features=None):
 @pytest.mark.parametrize("read_bytes", [5, 100, 1 << 24])  # pieces of the scan: lines cross them
 @pytest.mark.parametrize("seed", range(12))
 def test_generated_files_read_as_the_reference_reads_them(tmp_path, monkeypatch, seed, read_bytes):
-    monkeypatch.setattr(libsvm, "READ_BYTES", read_bytes)
+    monkeypatch.setattr(text_numbers, "READ_BYTES", read_bytes)
     rng = np.random.default_rng(seed)
     path = tmp_path / "data.svm"
     path.write_bytes(libsvm_text(rng, int(rng.integers(1, 40)), int(rng.integers(1, 9)),
@@ -116,7 +116,7 @@ BAD_FILES = [
 @pytest.mark.parametrize("read_bytes", [3, 1 << 24])
 @pytest.mark.parametrize("content", BAD_FILES)
 def test_bad_files_give_the_reference_error(tmp_path, monkeypatch, content, read_bytes):
-    monkeypatch.setattr(libsvm, "READ_BYTES", read_bytes)
+    monkeypatch.setattr(text_numbers, "READ_BYTES", read_bytes)
     path = tmp_path / "bad.svm"
     path.write_bytes(content.encode())
     with pytest.raises(ValueError) as want:
@@ -141,7 +141,7 @@ def test_numbers_that_float_reads(tmp_path):
 
 NO_JIT_SCRIPT = """
 import sys, numpy as np
-from ordersim import libsvm
+from ordersim import text_numbers
 from ordersim.libsvm import LibsvmRows
 rows = LibsvmRows(sys.argv[1], 2)
 X = np.vstack([rows.block(b)[0] for b in range(-(-rows.rows // 2))])
