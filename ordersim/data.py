@@ -15,7 +15,6 @@ is allowed.
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from dataclasses import dataclass, field
@@ -24,11 +23,12 @@ import numpy as np
 from numba import njit
 
 from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
+from ordersim.csv_rows import CsvRows
 from ordersim.libsvm import LibsvmRows
 from ordersim.streams import stream
 
 SOURCES = ("synthetic", "sklearn", "libsvm", "csv", "npz", "hdf5")
-STREAMED_SOURCES = ("synthetic", "hdf5", "libsvm")  # read a block of rows at a time, by every rank
+STREAMED_SOURCES = ("synthetic", "hdf5", "libsvm", "csv")  # read a block of rows at a time, by every rank
 SYNTHETIC_KINDS = {
     "regression": {"n": 1000, "d": 20, "cond": 10.0, "noise": 0.1},
     "classification": {"n": 1000, "d": 20, "cond": 10.0, "sep": 2.0, "classes": 2},
@@ -116,9 +116,9 @@ def _number(spec: str, key: str, text: str, kind: type, low: float, low_open: bo
 
 # -- sources ---------------------------------------------------------------------------------------
 # Every source is a row source: `rows`, `features`, `labels` (None when they come with the rows),
-# `block_rows` and `block(b)` -> (features of rows b*block_rows.., their labels or None). Synthetic
-# and HDF5 sources read any block on demand, so every rank reads only the rows it needs; the others
-# are parsed or loaded whole.
+# `block_rows` and `block(b)` -> (features of rows b*block_rows.., their labels or None). Synthetic,
+# HDF5, LIBSVM and CSV sources read any block on demand (ordersim/libsvm.py, ordersim/csv_rows.py),
+# so every rank reads only the rows it needs; npz and scikit-learn data are loaded whole.
 class InMemoryRows:
     block_rows = ROW_BLOCK
 
@@ -197,75 +197,6 @@ def _sklearn(spec: str, name: str, options: dict):
 def _require_file(source: str, path: str) -> None:
     if not os.path.isfile(path):
         raise ValueError(f"{source} file {path!r} does not exist")
-
-
-def _csv(spec: str, path: str, options: dict):
-    _check_keys(spec, options, FILE_OPTIONS["csv"])
-    _require_file("csv", path)
-    header_opt = options.get("header", "auto")
-    if header_opt not in ("auto", "yes", "no"):
-        raise ValueError(f"data set spec {spec!r}: header={header_opt!r}; allowed: auto, yes, no")
-    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-        lines = [(lineno, row) for lineno, row in enumerate(csv.reader(fh), start=1)
-                 if row and any(cell.strip() for cell in row)]
-    if not lines:
-        raise ValueError(f"csv file {path!r} holds no rows")
-
-    def numeric(cell):
-        try:
-            float(cell)
-            return True
-        except ValueError:
-            return cell.strip() == ""
-
-    header = None
-    if header_opt == "yes" or (header_opt == "auto" and not all(numeric(c) for c in lines[0][1])):
-        header = [c.strip() for c in lines[0][1]]
-        lines = lines[1:]
-    if not lines:
-        raise ValueError(f"csv file {path!r} holds a header and no data rows")
-    width = len(header) if header else len(lines[0][1])
-    if width < 2:
-        raise ValueError(f"csv file {path!r} has {width} column; it needs at least one feature and a label")
-    label_opt = options.get("label", "last")
-    if label_opt == "last":
-        label_col = width - 1
-    elif label_opt == "first":
-        label_col = 0
-    elif header and label_opt in header:
-        label_col = header.index(label_opt)
-    else:
-        try:
-            label_col = int(label_opt)
-            if not 0 <= label_col < width:
-                raise ValueError
-        except ValueError:
-            names = f", or a column name ({', '.join(header)})" if header else ""
-            raise ValueError(f"data set spec {spec!r}: label={label_opt!r}; allowed: last, first, a column "
-                             f"number 0..{width - 1}{names}") from None
-    data = np.empty((len(lines), width))
-    for r, (lineno, row) in enumerate(lines):
-        if len(row) != width:
-            raise ValueError(f"csv file {path!r} line {lineno}: {len(row)} columns, expected {width}")
-        for c, cell in enumerate(row):
-            text = cell.strip()
-            if text == "":
-                data[r, c] = np.nan
-                continue
-            try:
-                data[r, c] = float(text)
-            except ValueError:
-                col = f"column {c}" + (f" ({header[c]!r})" if header else "")
-                raise ValueError(f"csv file {path!r} line {lineno}, {col}: {text!r} is not a number") from None
-    y = data[:, label_col]
-    X = np.delete(data, label_col, axis=1)
-    names = [h for i, h in enumerate(header) if i != label_col] if header else None
-    bad = np.flatnonzero(~np.isfinite(y))
-    if bad.size:
-        lineno = lines[bad[0]][0]
-        raise ValueError(f"csv file {path!r} line {lineno}: the label (column {label_col}) is missing or not finite")
-    first_data_line = [lineno for lineno, _ in lines]
-    return X, y, None, {"feature_names": names, "label_column": label_col, "_lines": first_data_line}
 
 
 def _npz(spec: str, path: str, options: dict):
@@ -377,31 +308,33 @@ class _Alone:
 
 
 def _open_rows(source: str, spec: str, name: str, options: dict, seed: int, hdf5_locking: bool):
-    """(row source, where, task, extra, csv line numbers or None)."""
+    """(row source, where, task, extra, line_of(row) for text files with lines that may differ
+    from rows (csv), or None)."""
     if source == "synthetic":
         rows = SyntheticRows(spec, name, options, seed)
         return rows, f"synthetic data {spec!r}", rows.task, rows.extra, None
     if source == "hdf5":
         return HDF5Rows(spec, name, options, hdf5_locking), f"hdf5 file {name!r}", None, {}, None
+    if source == "csv":
+        _check_keys(spec, options, FILE_OPTIONS["csv"])
+        _require_file("csv", name)
+        rows = CsvRows(name, ROW_BLOCK, options.get("label", "last"), options.get("header", "auto"), spec)
+        extra = {"feature_names": rows.feature_names, "label_column": rows.label_column}
+        return rows, f"csv file {name!r}", None, extra, rows.line_of
     if source == "libsvm":
         _check_keys(spec, options, FILE_OPTIONS["libsvm"])
         _require_file("libsvm", name)
         features = _number(spec, "features", options["features"], int, 1) if "features" in options else None
         rows = LibsvmRows(name, ROW_BLOCK, features)
         return rows, f"libsvm file {name!r}", None, {"zero_based": rows.zero_based}, None
-    lines = None
     if source == "sklearn":
         X, y, task, extra = _sklearn(spec, name, options)
         where = f"scikit-learn data set {name!r}"
-    elif source == "csv":
-        X, y, task, extra = _csv(spec, name, options)
-        lines = extra.pop("_lines")
-        where = f"csv file {name!r}"
     else:
         X, y, task, extra = _npz(spec, name, options)
         where = f"npz file {name!r}"
     _check_shapes(where, X.shape, y.shape)
-    return InMemoryRows(X, y), where, task, extra, lines
+    return InMemoryRows(X, y), where, task, extra, None
 
 
 def _survey(source, b: int, train: np.ndarray | None) -> dict:
@@ -455,7 +388,7 @@ def _transformed(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, intercept: 
 class DataPlan:
     """A data set whose labels, split, statistics and transformation are known and whose feature
     rows are read on demand (`train_rows`, `test_rows`), a block of raw rows at a time: a process
-    holds only the rows it asks for (synthetic and HDF5 data; other sources are held whole)."""
+    holds only the rows it asks for (STREAMED_SOURCES; npz and scikit-learn data are held whole)."""
 
     name: str
     y: np.ndarray  # (n_train,) training labels, converted
@@ -565,7 +498,7 @@ def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
     bad = [s["bad"] for s in surveys if s["bad"]]
     if bad:
         row, col, _ = bad[0]
-        line = f" (line {lines[row]})" if lines else ""
+        line = f" (line {lines(row)})" if lines else ""
         count = sum(b[2] for b in bad)
         raise ValueError(f"{where}: feature column {col} has a NaN/inf value at row {row}{line} "
                          f"({count} non-finite value(s) in all); features must be finite")

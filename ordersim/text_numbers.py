@@ -138,13 +138,14 @@ def check_number(buf, start, end, scratch):
     return True, kind == FINITE_DECIMAL or math.isfinite(value(buf, start, end, scratch))
 
 
-def scan_pieces(path: str, scan_piece) -> None:
-    """Feed the bytes of the file at ``path`` to scan_piece(buf, base, at_end) a piece of
-    READ_BYTES at a time (buf: the bytes from file offset ``base`` on, a uint8 array; at_end: buf
-    reaches the end of the file). scan_piece returns how many bytes it is done with (whole
-    records; the rest comes again at the front of the next piece) or -1 to stop."""
-    base, carry = 0, b""
+def scan_pieces(path: str, scan_piece, start: int = 0) -> None:
+    """Feed the bytes of the file at ``path``, from offset ``start`` on, to scan_piece(buf, base,
+    at_end) a piece of READ_BYTES at a time (buf: the bytes from file offset ``base`` on, a uint8
+    array; at_end: buf reaches the end of the file). scan_piece returns how many bytes it is done
+    with (whole records; the rest comes again at the front of the next piece) or -1 to stop."""
+    base, carry = start, b""
     with open(path, "rb") as fh:
+        fh.seek(start)
         while True:
             data = fh.read(READ_BYTES)
             text = carry + data

@@ -72,7 +72,7 @@ def test_block_wise_loading_matches_whole_array_numpy(monkeypatch):
     np.testing.assert_array_equal(split.y, labels[np.sort(perm[100:])])
 
 
-@pytest.mark.parametrize("source", ["synthetic", "hdf5", "npz", "libsvm"])
+@pytest.mark.parametrize("source", ["synthetic", "hdf5", "npz", "libsvm", "csv"])
 def test_plan_rows_are_the_loaded_rows(tmp_path, monkeypatch, source):
     """A rank asks the plan for its workers' rows in any order: bitwise the rows load() gives,
     and (files) the textbook transformation of the file's rows, read over several blocks."""
@@ -83,7 +83,7 @@ def test_plan_rows_are_the_loaded_rows(tmp_path, monkeypatch, source):
     monkeypatch.setattr(data_module.SyntheticRows, "block_rows", 64)
     monkeypatch.setattr(data_module.HDF5Rows, "block_rows", 50)
     monkeypatch.setattr(data_module.InMemoryRows, "block_rows", 50)
-    monkeypatch.setattr(data_module, "ROW_BLOCK", 50)  # LIBSVM files' blocks
+    monkeypatch.setattr(data_module, "ROW_BLOCK", 50)  # LIBSVM and CSV files' blocks
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(700, 4)) * [1, 2, 3, 4], rng.integers(0, 3, size=700).astype(float)
     with h5py.File(tmp_path / "d.h5", "w") as fh:
@@ -91,8 +91,11 @@ def test_plan_rows_are_the_loaded_rows(tmp_path, monkeypatch, source):
     np.savez(tmp_path / "d.npz", X=X, y=y)
     (tmp_path / "d.svm").write_text("".join(f"{float(label)!r} " + " ".join(f"{j + 1}:{float(v)!r}" for j, v in enumerate(row))
                                             + "\n" for row, label in zip(X, y)))
+    (tmp_path / "d.csv").write_text("a,b,c,d,label\n" + "".join(
+        ",".join(repr(float(v)) for v in (*row, label)) + "\n" for row, label in zip(X, y)))
     spec = {"synthetic": "synthetic:classification?n=700&d=4&classes=3", "hdf5": f"hdf5:{tmp_path / 'd.h5'}",
-            "npz": f"npz:{tmp_path / 'd.npz'}", "libsvm": f"libsvm:{tmp_path / 'd.svm'}"}[source]
+            "npz": f"npz:{tmp_path / 'd.npz'}", "libsvm": f"libsvm:{tmp_path / 'd.svm'}",
+            "csv": f"csv:{tmp_path / 'd.csv'}"}[source]
     plan = open_dataset(spec, test_fraction=0.2, seed=1, label_kind="multiclass")
     data = plan.load()
     assert plan.streamed == (source != "npz")

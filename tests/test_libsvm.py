@@ -3,19 +3,13 @@
 layout the format allows, read whole or a block of rows at a time, jitted and under
 NUMBA_DISABLE_JIT."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from ordersim import text_numbers
 from ordersim.libsvm import LibsvmRows
+from no_jit_reader import read_without_jit
 from reference.libsvm import load_libsvm
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def number_text(rng, value):
@@ -139,28 +133,11 @@ def test_numbers_that_float_reads(tmp_path):
     np.testing.assert_array_equal(X[:, 0], want)
 
 
-NO_JIT_SCRIPT = """
-import sys, numpy as np
-from ordersim import text_numbers
-from ordersim.libsvm import LibsvmRows
-rows = LibsvmRows(sys.argv[1], 2)
-X = np.vstack([rows.block(b)[0] for b in range(-(-rows.rows // 2))])
-np.save(sys.argv[2], X)
-try:
-    LibsvmRows(sys.argv[3], 2)
-except ValueError as exc:
-    print(exc)
-"""
-
-
 def test_reader_runs_without_jit(tmp_path):
     rng = np.random.default_rng(7)
     good, bad = tmp_path / "good.svm", tmp_path / "bad.svm"
     good.write_bytes(libsvm_text(rng, 9, 5, zero_based=False).encode())
     bad.write_text("1 1:1\n-1 2:1 1:2\n")
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
-    result = subprocess.run([sys.executable, "-c", NO_JIT_SCRIPT, str(good), str(tmp_path / "X.npy"), str(bad)],
-                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    assert result.returncode == 0, result.stderr
-    np.testing.assert_array_equal(np.load(tmp_path / "X.npy"), load_libsvm(str(good))[0])
-    assert "line 2: feature indices must increase, got 1 after 2" in result.stdout
+    X, message = read_without_jit("ordersim.libsvm.LibsvmRows", good, bad, tmp_path)
+    np.testing.assert_array_equal(X, load_libsvm(str(good))[0])
+    assert message.endswith("line 2: feature indices must increase, got 1 after 2")

@@ -141,22 +141,24 @@ def test_two_workers_per_rank_match_serial(tmp_path, exchange, batch):
     assert_bitwise_equal(contents(serial), contents(mpi))
 
 
-@pytest.mark.parametrize("source", ["hdf5", "libsvm", "npz"])
+@pytest.mark.parametrize("source", ["hdf5", "libsvm", "csv", "npz"])
 def test_every_source_gives_the_serial_trace_on_2_and_4_ranks(tmp_path, source):
-    """Each rank reads its own rows of an HDF5 or LIBSVM file (3 blocks: at 4 ranks one rank
+    """Each rank reads its own rows of an HDF5, LIBSVM or CSV file (3 blocks: at 4 ranks one rank
     surveys none), or gets them from rank 0 (npz); with a test split and a shuffled partition the
     rows of every rank come from every block. Constants, test metrics and training must match
     serial bitwise."""
     rng = np.random.default_rng(5)
     X = rng.normal(size=(9000, 6)) * np.arange(1, 7)
     y = np.where(X @ rng.normal(size=6) + rng.normal(size=9000) > 0, 1.0, -1.0)
-    path = tmp_path / f"data.{ {'hdf5': 'h5', 'libsvm': 'svm', 'npz': 'npz'}[source] }"
+    path = tmp_path / f"data.{ {'hdf5': 'h5', 'libsvm': 'svm', 'csv': 'csv', 'npz': 'npz'}[source] }"
     if source == "hdf5":
         with h5py.File(path, "w") as fh:
             fh["X"], fh["y"] = X, y
     elif source == "libsvm":
         path.write_text("".join(f"{label:g} " + " ".join(f"{j + 1}:{float(v)!r}" for j, v in enumerate(row)) + "\n"
                                 for row, label in zip(X, y)))
+    elif source == "csv":
+        path.write_text("".join(",".join(repr(float(v)) for v in (*row, label)) + "\n" for row, label in zip(X, y)))
     else:
         np.savez(path, X=X, y=y)
     args = ["--data", f"{source}:{path}", "--test-fraction", "0.1", "--partition", "shuffled",
