@@ -105,12 +105,12 @@ def _stripped(out, length):
 
 
 @njit(inline="always")
-def _record(buf, i, at_end, width, label, cells, scratch):
-    """Check the record starting at i: every cell's kind into cells (NOT_A_NUMBER, FINITE_DECIMAL,
-    OTHER_NUMBER, or -1 blank) as far as ``width`` allows. Returns (the position after it, its
-    cell count, the line ends it holds, a problem code, the column of the problem, whether the
-    label is missing or not finite, whether every cell is blank); the position is -1 when the
-    record does not end before the end of buf and more bytes follow (not at_end)."""
+def _record(buf, i, at_end, width, label, scratch):
+    """Check the record starting at i, its first ``width`` cells for numbers. Returns (the
+    position after it, its cell count, the line ends it holds, a problem code, the column of the
+    problem, whether cell ``label`` is missing or not finite, whether every cell is blank); the
+    position is -1 when the record does not end before the end of buf and more bytes follow (not
+    at_end)."""
     size, count, lines, blank, bad_label = buf.shape[0], 0, 0, True, False
     code, column = OK, -1
     while True:
@@ -123,7 +123,6 @@ def _record(buf, i, at_end, width, label, cells, scratch):
         start, end = _stripped(scratch, length)
         kind = -1 if start == end else decimal_kind(scratch, start, end)
         if count < width:
-            cells[count] = kind
             if kind != -1:
                 blank = False
             if code == OK and kind == NOT_A_NUMBER:
@@ -153,11 +152,10 @@ def scan(buf, base, at_end, width, label, block_rows, offsets, first_lines, resu
     after it); keeps the line of the first missing or non-finite label in result[LABEL_LINE].
     Returns the bytes done with."""
     scratch = np.empty(buf.shape[0] + 1, dtype=np.uint8)
-    cells = np.empty(width, dtype=np.int64)
     rows, line, i, size = result[ROWS], result[LINE], 0, buf.shape[0]
     while i < size:
         end, count, lines, code, column, bad_label, blank = _record(buf, i, at_end, width, label,
-                                                                     cells, scratch)
+                                                                     scratch)
         if end < 0:
             break
         if not blank:
@@ -225,7 +223,7 @@ def _first_record(path: str, start: int = 0):
         scratch = np.empty(buf.size + 1, dtype=np.uint8)
         i = 0
         while i < buf.size:
-            end, _, lines, code, _, _, blank = _record(buf, i, at_end, 0, -1, np.empty(0, np.int64), scratch)
+            end, _, lines, code, _, _, blank = _record(buf, i, at_end, 0, -1, scratch)
             if end < 0:
                 return i
             if code == OPEN_QUOTE:
