@@ -184,7 +184,7 @@ def parse_rows(buf, first_line, width, label, X, y, lines):
     scratch = np.empty(buf.shape[0] + 1, dtype=np.uint8)
     i, line, r = 0, first_line, 0
     while r < X.shape[0]:
-        start_line, blank, column, row_start = line, True, 0, i
+        start_line, blank, row_start = line, True, i
         while True:  # a first pass: is the record blank? (blank records hold no row)
             length, i, inside, _ = _cell(buf, i, scratch)
             line += inside
@@ -213,33 +213,49 @@ def parse_rows(buf, first_line, width, label, X, y, lines):
         r += 1
 
 
+@njit(cache=True, error_model="numpy")
+def _skip_blank(buf, at_end, found):
+    """Skip the records of buf whose cells are all blank: found = (the offset of the first other
+    record, -1 if none ends in buf; the offset after it; the line ends before it; those it spans;
+    OPEN_QUOTE if it never ends, else OK). Returns the bytes done with."""
+    scratch = np.empty(buf.shape[0] + 1, dtype=np.uint8)
+    i, lines_before = 0, 0
+    found[0] = -1
+    while i < buf.shape[0]:
+        end, _, lines, code, _, _, blank = _record(buf, i, at_end, 0, -1, scratch)
+        if end < 0:
+            break
+        if not blank or code == OPEN_QUOTE:
+            found[0], found[1], found[3], found[4] = i, end, lines, code
+            break
+        lines_before += lines
+        i = end
+    found[2] = lines_before
+    return i
+
+
 def _first_record(path: str, start: int = 0):
     """The first record from byte ``start`` on that is not all blank, as (its byte offset, the
     line it starts on counted from start's, its cells as the csv module reads them, the offset
     after it, the line ends it spans); None if there is none."""
-    found, line = [], [0]
+    found, lines_before, record = np.zeros(5, dtype=np.int64), [0], []
 
     def scan_piece(buf, base, at_end):
-        scratch = np.empty(buf.size + 1, dtype=np.uint8)
-        i = 0
-        while i < buf.size:
-            end, _, lines, code, _, _, blank = _record(buf, i, at_end, 0, -1, scratch)
-            if end < 0:
-                return i
-            if code == OPEN_QUOTE:
-                raise ValueError(f"csv file {path!r} line {line[0] + 1}: a quoted cell is not closed "
-                                 f"before the end of the file")
-            if not blank:
-                text = bytes(buf[i:end]).decode("utf-8", errors="replace")
-                cells = next(csv.reader(io.StringIO(text, newline="")), [])
-                found.append((base + i, line[0] + 1, cells, base + end, lines))
-                return -1
-            line[0] += lines
-            i = end
-        return i
+        used = _skip_blank(buf, at_end, found)
+        lines_before[0] += found[2]
+        if found[0] < 0:
+            return used
+        line = lines_before[0] + 1
+        if found[4] == OPEN_QUOTE:
+            raise ValueError(f"csv file {path!r} line {line}: a quoted cell is not closed before the end "
+                             f"of the file")
+        text = bytes(buf[found[0]:found[1]]).decode("utf-8", errors="replace")
+        cells = next(csv.reader(io.StringIO(text, newline="")), [])
+        record.append((base + int(found[0]), line, cells, base + int(found[1]), int(found[3])))
+        return -1
 
     text_numbers.scan_pieces(path, scan_piece, start)
-    return found[0] if found else None
+    return record[0] if record else None
 
 
 def _is_number_or_blank(cell: str) -> bool:
