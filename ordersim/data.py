@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import zipfile
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,7 +29,7 @@ from ordersim.libsvm import LibsvmRows
 from ordersim.streams import stream
 
 SOURCES = ("synthetic", "sklearn", "libsvm", "csv", "npz", "hdf5")
-STREAMED_SOURCES = ("synthetic", "hdf5", "libsvm", "csv")  # read a block of rows at a time, by every rank
+STREAMED_SOURCES = ("synthetic", "hdf5", "libsvm", "csv", "npz")  # read a block of rows at a time, by every rank
 SYNTHETIC_KINDS = {
     "regression": {"n": 1000, "d": 20, "cond": 10.0, "noise": 0.1},
     "classification": {"n": 1000, "d": 20, "cond": 10.0, "sep": 2.0, "classes": 2},
@@ -117,8 +118,9 @@ def _number(spec: str, key: str, text: str, kind: type, low: float, low_open: bo
 # -- sources ---------------------------------------------------------------------------------------
 # Every source is a row source: `rows`, `features`, `labels` (None when they come with the rows),
 # `block_rows` and `block(b)` -> (features of rows b*block_rows.., their labels or None). Synthetic,
-# HDF5, LIBSVM and CSV sources read any block on demand (ordersim/libsvm.py, ordersim/csv_rows.py),
-# so every rank reads only the rows it needs; npz and scikit-learn data are loaded whole.
+# HDF5, LIBSVM, CSV and npz sources read any block on demand (ordersim/libsvm.py,
+# ordersim/csv_rows.py), so every rank reads only the rows it needs; the bundled scikit-learn sets
+# are loaded whole.
 class InMemoryRows:
     block_rows = ROW_BLOCK
 
@@ -199,23 +201,68 @@ def _require_file(source: str, path: str) -> None:
         raise ValueError(f"{source} file {path!r} does not exist")
 
 
-def _npz(spec: str, path: str, options: dict):
-    _check_keys(spec, options, FILE_OPTIONS["npz"])
-    _require_file("npz", path)
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            keys = list(archive.keys())
-            if "X" not in keys or "y" not in keys:
-                raise ValueError(f"npz file {path!r} must hold arrays 'X' and 'y', found: {', '.join(keys) or 'none'}")
-            X, y = archive["X"], archive["y"]
-    except ValueError:
-        raise
-    except Exception as exc:  # corrupt archive, not a zip file, ...
-        raise ValueError(f"npz file {path!r} could not be read: {type(exc).__name__}: {exc}") from None
-    for label, arr in (("X", X), ("y", y)):
-        _check_numeric("npz", path, label, arr.dtype)
-    _check_shapes(f"npz file {path!r}", X.shape, y.shape)
-    return np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64), None, {}
+class NpzRows:
+    """Arrays X (N, p) and y (N,) of an npz archive (np.savez or np.savez_compressed); X is read a
+    block of rows at a time from its member: a stored one where it lies, a compressed one
+    decompressed on the way, on from where the block before ended (the blocks are read in order,
+    so a pass over them decompresses the member once). A Fortran-ordered X is read a column at a
+    time."""
+
+    block_rows = ROW_BLOCK
+
+    def __init__(self, spec: str, path: str, options: dict):
+        _check_keys(spec, options, FILE_OPTIONS["npz"])
+        _require_file("npz", path)
+        self.path, self._member = path, None
+        try:
+            with zipfile.ZipFile(path) as archive:
+                keys = [name[:-4] for name in archive.namelist() if name.endswith(".npy")]
+                if "X" not in keys or "y" not in keys:
+                    raise ValueError(f"npz file {path!r} must hold arrays 'X' and 'y', found: "
+                                     f"{', '.join(keys) or 'none'}")
+                with archive.open("X.npy") as fh:
+                    self.shape, self.fortran, self.dtype = self._header(fh)
+                    self.start = fh.tell()
+                with archive.open("y.npy") as fh:
+                    y_shape, _, y_dtype = self._header(fh)
+                _check_numeric("npz", path, "X", self.dtype)
+                _check_numeric("npz", path, "y", y_dtype)
+                _check_shapes(f"npz file {path!r}", self.shape, y_shape)
+                with archive.open("y.npy") as fh:
+                    y = np.lib.format.read_array(fh, allow_pickle=False)
+        except ValueError:
+            raise
+        except Exception as exc:  # corrupt archive, not a zip file, ...
+            raise ValueError(f"npz file {path!r} could not be read: {type(exc).__name__}: {exc}") from None
+        self.rows, self.features = self.shape
+        self.labels = np.asarray(y, dtype=np.float64)
+
+    @staticmethod
+    def _header(fh):
+        """(shape, Fortran order, dtype) of the .npy file fh, left at the start of its data."""
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(fh)
+        return np.lib.format.read_array_header_2_0(fh)
+
+    def _read(self, offset: int, count: int) -> np.ndarray:
+        """count items of X's data from item ``offset`` on."""
+        if self._member is None:
+            self._member = zipfile.ZipFile(self.path).open("X.npy")
+        self._member.seek(self.start + offset * self.dtype.itemsize)
+        return np.frombuffer(self._member.read(count * self.dtype.itemsize), dtype=self.dtype)
+
+    def block(self, b: int):
+        lo = b * self.block_rows
+        count = min(self.block_rows, self.rows - lo)
+        if self.fortran:
+            X = np.column_stack([self._read(j * self.rows + lo, count) for j in range(self.features)])
+        else:
+            X = self._read(lo * self.features, count * self.features).reshape(count, self.features)
+        return np.asarray(X, dtype=np.float64), None
+
+    def __getstate__(self):  # an open member does not pickle; it reopens on demand
+        return dict(self.__dict__, _member=None)
 
 
 def _check_numeric(source: str, path: str, label: str, dtype) -> None:
@@ -327,12 +374,10 @@ def _open_rows(source: str, spec: str, name: str, options: dict, seed: int, hdf5
         features = _number(spec, "features", options["features"], int, 1) if "features" in options else None
         rows = LibsvmRows(name, ROW_BLOCK, features)
         return rows, f"libsvm file {name!r}", None, {"zero_based": rows.zero_based}, None
-    if source == "sklearn":
-        X, y, task, extra = _sklearn(spec, name, options)
-        where = f"scikit-learn data set {name!r}"
-    else:
-        X, y, task, extra = _npz(spec, name, options)
-        where = f"npz file {name!r}"
+    if source == "npz":
+        return NpzRows(spec, name, options), f"npz file {name!r}", None, {}, None
+    X, y, task, extra = _sklearn(spec, name, options)
+    where = f"scikit-learn data set {name!r}"
     _check_shapes(where, X.shape, y.shape)
     return InMemoryRows(X, y), where, task, extra, None
 
@@ -388,7 +433,7 @@ def _transformed(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, intercept: 
 class DataPlan:
     """A data set whose labels, split, statistics and transformation are known and whose feature
     rows are read on demand (`train_rows`, `test_rows`), a block of raw rows at a time: a process
-    holds only the rows it asks for (STREAMED_SOURCES; npz and scikit-learn data are held whole)."""
+    holds only the rows it asks for (STREAMED_SOURCES; the scikit-learn sets are held whole)."""
 
     name: str
     y: np.ndarray  # (n_train,) training labels, converted

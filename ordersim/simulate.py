@@ -167,9 +167,9 @@ def prepare(config: Config, backend: SerialBackend) -> Setup:
     """Load data, build the problem, partition, constants; ConfigError on bad input, on every rank.
 
     No rank holds more of the data set than its workers' shards and test rows. Synthetic, HDF5,
-    LIBSVM and CSV data are read by every rank, each only its rows (the pass that checks the rows
-    and computes the standardization statistics is split among the ranks); npz and scikit-learn
-    data are loaded by rank 0, which sends every rank its rows. The constants are computed from
+    LIBSVM, CSV and npz data are read by every rank, each only its rows (the pass that checks the
+    rows and computes the standardization statistics is split among the ranks); the scikit-learn
+    sets are loaded by rank 0, which sends every rank its rows. The constants are computed from
     per-worker sums.
     """
     streamed = streamed_source(config.data)

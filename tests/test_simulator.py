@@ -143,10 +143,11 @@ def test_two_workers_per_rank_match_serial(tmp_path, exchange, batch):
 
 @pytest.mark.parametrize("source", ["hdf5", "libsvm", "csv", "npz"])
 def test_every_source_gives_the_serial_trace_on_2_and_4_ranks(tmp_path, source):
-    """Each rank reads its own rows of an HDF5, LIBSVM or CSV file (3 blocks: at 4 ranks one rank
-    surveys none), or gets them from rank 0 (npz); with a test split and a shuffled partition the
-    rows of every rank come from every block. Constants, test metrics and training must match
-    serial bitwise."""
+    """Each rank reads its own rows of an HDF5, LIBSVM, CSV or npz file (3 blocks: at 4 ranks one
+    rank surveys none; rank 0 sending every rank its rows, the scikit-learn sets' way, is the
+    default data of the other MPI tests); with a test split and a shuffled partition the rows of
+    every rank come from every block. Constants, test metrics and training must match serial
+    bitwise."""
     rng = np.random.default_rng(5)
     X = rng.normal(size=(9000, 6)) * np.arange(1, 7)
     y = np.where(X @ rng.normal(size=6) + rng.normal(size=9000) > 0, 1.0, -1.0)
