@@ -30,7 +30,7 @@ from numba import njit
 
 from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
 from ordersim import text_numbers
-from ordersim.text_numbers import FINITE_DECIMAL, NOT_A_NUMBER, decimal_kind, is_space, value
+from ordersim.text_numbers import NOT_A_NUMBER, check_number, decimal_kind, is_space, value
 
 HEADERS = ("auto", "yes", "no")
 # scan() outcome codes (result[ERROR])
@@ -128,8 +128,7 @@ def _record(buf, i, at_end, width, label, scratch):
             if code == OK and kind == NOT_A_NUMBER:
                 code, column = NOT_NUMBER, count
             if count == label:
-                bad_label = kind == -1 or (kind != FINITE_DECIMAL and kind != NOT_A_NUMBER
-                                           and not np.isfinite(value(scratch, start, end, scratch[length:])))
+                bad_label = kind == -1 or not check_number(scratch, start, end, scratch[length:])[1]
         elif kind != -1:
             blank = False
         count += 1
@@ -217,12 +216,13 @@ def parse_rows(buf, first_line, width, label, X, y, lines):
 def _skip_blank(buf, at_end, found):
     """Skip the records of buf whose cells are all blank: found = (the offset of the first other
     record, -1 if none ends in buf; the offset after it; the line ends before it; those it spans;
-    OPEN_QUOTE if it never ends, else OK). Returns the bytes done with."""
+    OPEN_QUOTE if it never ends, NOT_NUMBER if a cell is neither blank nor a number (a header),
+    else OK). Returns the bytes done with."""
     scratch = np.empty(buf.shape[0] + 1, dtype=np.uint8)
     i, lines_before = 0, 0
     found[0] = -1
     while i < buf.shape[0]:
-        end, _, lines, code, _, _, blank = _record(buf, i, at_end, 0, -1, scratch)
+        end, _, lines, code, _, _, blank = _record(buf, i, at_end, buf.shape[0], -1, scratch)
         if end < 0:
             break
         if not blank or code == OPEN_QUOTE:
@@ -237,7 +237,8 @@ def _skip_blank(buf, at_end, found):
 def _first_record(path: str, start: int = 0):
     """The first record from byte ``start`` on that is not all blank, as (its byte offset, the
     line it starts on counted from start's, its cells as the csv module reads them, the offset
-    after it, the line ends it spans); None if there is none."""
+    after it, the line ends it spans, whether a cell is neither blank nor a number); None if
+    there is none."""
     found, lines_before, record = np.zeros(5, dtype=np.int64), [0], []
 
     def scan_piece(buf, base, at_end):
@@ -251,20 +252,12 @@ def _first_record(path: str, start: int = 0):
                              f"of the file")
         text = bytes(buf[found[0]:found[1]]).decode("utf-8", errors="replace")
         cells = next(csv.reader(io.StringIO(text, newline="")), [])
-        record.append((base + int(found[0]), line, cells, base + int(found[1]), int(found[3])))
+        record.append((base + int(found[0]), line, cells, base + int(found[1]), int(found[3]),
+                       found[4] == NOT_NUMBER))
         return -1
 
     text_numbers.scan_pieces(path, scan_piece, start)
     return record[0] if record else None
-
-
-def _is_number_or_blank(cell: str) -> bool:
-    """A header cell is neither (underscores are not numbers here: text_numbers)."""
-    try:
-        float(cell)
-        return "_" not in cell
-    except ValueError:
-        return cell.strip() == ""
 
 
 class CsvRows:
@@ -284,10 +277,10 @@ class CsvRows:
         first = _first_record(path)
         if first is None:
             raise ValueError(f"{where} holds no rows")
-        start, line, cells, after, spanned = first
+        start, line, cells, after, spanned, has_text = first
         names = None
         lines_before = line - 1  # before the scan's first record
-        if header == "yes" or (header == "auto" and not all(_is_number_or_blank(c) for c in cells)):
+        if header == "yes" or (header == "auto" and has_text):
             names = [c.strip() for c in cells]
             if _first_record(path, after) is None:
                 raise ValueError(f"{where} holds a header and no data rows")

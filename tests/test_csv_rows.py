@@ -72,6 +72,18 @@ def test_header_names_pick_the_label(tmp_path):
     assert rows.feature_names == ["age", "label"]
 
 
+def test_a_header_is_a_first_record_with_a_cell_the_rows_could_not_hold(tmp_path):
+    """header=auto uses the rows' own number grammar: a first record of numbers, blanks and
+    padded exponents is data; one cell the rows would refuse (text, an underscore) makes it a
+    header."""
+    path = tmp_path / "h.csv"
+    path.write_text(' 2.5e3 ,,"-1"\n1,2,3\n')
+    assert CsvRows(str(path), 4).feature_names is None
+    np.testing.assert_array_equal(read_whole(CsvRows(str(path), 4))[1], [-1, 3])
+    path.write_text("1_0,2,3\n1,2,3\n")
+    assert CsvRows(str(path), 4).feature_names == ["1_0", "2"]
+
+
 BAD_FILES = [
     ("1,2,0\n3,x,1\n", {}),
     ("1,2,0\n3,4\n", {}),
