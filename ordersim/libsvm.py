@@ -198,8 +198,8 @@ class LibsvmRows:
 
     def __init__(self, path: str, block_rows: int, features: int | None = None):
         self.path, self.block_rows = path, block_rows
-        self.size = os.path.getsize(path)
-        offsets = np.zeros(self.size // (2 * block_rows) + 2, dtype=np.int64)  # a row takes >= 2 bytes
+        size = os.path.getsize(path)
+        offsets = np.zeros(size // (2 * block_rows) + 2, dtype=np.int64)  # a row takes >= 2 bytes
         result = np.zeros(RESULT_SLOTS, dtype=np.int64)
         result[MIN_INDEX] = result[MAX_INDEX] = -1
 
@@ -214,7 +214,7 @@ class LibsvmRows:
         self.rows = int(result[ROWS])
         if self.rows == 0:
             raise ValueError(f"libsvm file {path!r} holds no examples")
-        self.offsets = np.append(offsets[:-(-self.rows // block_rows)], self.size)
+        self.offsets = np.append(offsets[:-(-self.rows // block_rows)], size)
         # like scikit-learn's "auto": one index 0 makes the file zero-based
         self.zero_based = bool(result[MIN_INDEX] == 0)
         used = int(result[MAX_INDEX]) + 1 if self.zero_based else max(int(result[MAX_INDEX]), 0)
