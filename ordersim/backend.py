@@ -12,6 +12,8 @@ import traceback
 
 import numpy as np
 
+from ordersim import aligned
+
 
 ABORT_GRACE_SECONDS = 1.0
 
@@ -63,7 +65,7 @@ class SerialBackend:
     def scatter_rows(self, block_of, shape) -> np.ndarray:
         """This rank's block of rows: block_of(rank) is called on rank 0 for every rank, and each
         block (float64, of this rank's `shape`) is sent to its rank only."""
-        return np.ascontiguousarray(block_of(0), dtype=np.float64)
+        return aligned.on_cache_line(np.asarray(block_of(0), dtype=np.float64))
 
     def hosts(self) -> list[str]:
         return [socket.gethostname()]
@@ -153,8 +155,8 @@ class MPIBackend(SerialBackend):
         if self.rank == 0:
             for rank in range(1, self.size):
                 self.comm.Send(np.ascontiguousarray(block_of(rank), dtype=np.float64), dest=rank)
-            return np.ascontiguousarray(block_of(0), dtype=np.float64)
-        block = np.empty(shape)
+            return aligned.on_cache_line(np.asarray(block_of(0), dtype=np.float64))
+        block = aligned.empty(shape)  # the step loops' rows (ordersim/aligned.py)
         self.comm.Recv(block, source=0)
         return block
 

@@ -24,6 +24,7 @@ import numpy as np
 from numba import njit
 
 from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
+from ordersim import aligned
 from ordersim.csv_rows import CsvRows
 from ordersim.libsvm import LibsvmRows
 from ordersim.streams import stream
@@ -473,7 +474,7 @@ class DataPlan:
         return self._rows(self.test_raw[lo:hi])
 
     def _rows(self, raw: np.ndarray) -> np.ndarray:
-        out = np.empty((raw.size, self.features))
+        out = aligned.empty((raw.size, self.features))  # the step loops' rows (ordersim/aligned.py)
         order = np.argsort(raw, kind="stable")
         ordered = raw[order]
         rows = self.source.block_rows

@@ -167,7 +167,10 @@ class SharedSlots:
     def __init__(self, comm, doubles: int):
         from mpi4py import MPI
 
-        ranks, self.doubles = comm.Get_size(), doubles
+        ranks = comm.Get_size()
+        # a slot is whole cache lines: the window starts on one, so every slot does too and no
+        # two slots share a line
+        self.doubles = doubles = -(-doubles // 8) * 8
         flag_bytes = ranks * FLAG_STRIDE * 8
         size = flag_bytes + 2 * ranks * doubles * 8 if comm.Get_rank() == 0 else 0
         # One piece on rank 0, contiguous, which every rank addresses through Shared_query(0).

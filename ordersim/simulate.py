@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ordersim import engine
+from ordersim import aligned, engine
 from ordersim.constants import WorkerRows, worker_constants
 from ordersim.data import open_dataset, partition, streamed_source
 from ordersim.backend import SerialBackend
@@ -263,9 +263,10 @@ class Run:
         rows, first = (m, 0) if self.coordinated else (self.local, backend.first)
         self.orderer = make_orderer(orderer_name, rows, n, d, seed, first_worker=first, **options)
         self.own_rows = slice(backend.first, backend.last) if self.coordinated else slice(None)
-        self.x = problem.initial_point(stream(seed, "init"))
+        # the model and every buffer of the step loops start on a cache line (ordersim/aligned.py)
+        self.x = aligned.on_cache_line(problem.initial_point(stream(seed, "init")))
         engine.compile_for_steps(problem.batch_grads)  # before the step loops use it
-        self.velocity = np.zeros(d)
+        self.velocity = aligned.zeros(d)
         self.idx = np.empty(max(b, 1), dtype=np.int64)
         self.timers = dict(compute_time=0.0, order_time=0.0, comm_time=0.0)
         self.status = "completed"
@@ -276,7 +277,7 @@ class Run:
         # gradient: partition j = worker j's shard; history[u mod (s+1)] holds every partition's
         # gradient sum of step u (the last s+1 steps), on every rank.
         self.coded = self.clock is not None and self.clock.decoded
-        self.history = np.zeros((self.clock.scheme.s + 1, m, d)) if self.coded else None
+        self.history = aligned.zeros((self.clock.scheme.s + 1, m, d)) if self.coded else None
         self.steps_per_epoch = -(-n // b)
         self.epoch = 0  # epochs completed
         self.wall_start = time.perf_counter()
@@ -289,10 +290,12 @@ class Run:
                     elapsed=time.perf_counter() - self.wall_start, history=self.history)
 
     def restore(self, state: dict) -> None:
-        self.x, self.velocity, self.orderer = state["x"], state["velocity"], state["orderer"]
+        self.x, self.orderer = aligned.on_cache_line(state["x"]), state["orderer"]
+        self.velocity = aligned.on_cache_line(state["velocity"])
         self.step, self.epoch, self.status = state["step"], state["epoch"], state["status"]
         self.timers = state["timers"]
-        self.history = state.get("history")
+        history = state.get("history")
+        self.history = None if history is None else aligned.on_cache_line(history)
         self.wall_start = time.perf_counter() - state["elapsed"]
         if self.clock:  # simulated time is a function of the steps: replay it, record nothing
             self.clock.skip(self.epoch, self.steps_per_epoch)
@@ -330,7 +333,7 @@ class Run:
         slot and takes no coefficients; a decoded one along self.history (the partition sums of
         the last s + 1 steps) with the epoch's coefficients."""
         if coef is None:
-            return np.empty((1, self.m, self.d)), NO_COEFFICIENTS, False
+            return aligned.empty((1, self.m, self.d)), NO_COEFFICIENTS, False
         return self.history, coef, True
 
     def _serial_epoch(self, epoch, order, lr, coef):
@@ -340,7 +343,7 @@ class Run:
         # chunk of OBSERVE_CHUNK_DOUBLES at a time, from inside it.
         store = self.orderer.needs_gradients
         chunk = max(1, OBSERVE_CHUNK_DOUBLES // (m * b * d))
-        grads_out = np.empty((m, min(chunk * b, n), d) if store else (1, 1, 1))
+        grads_out = aligned.empty((m, min(chunk * b, n), d) if store else (1, 1, 1))
         observe = engine.first_class(self.orderer.kernel if store else engine.no_observer)
         state = self.orderer.state if store else np.zeros(1, dtype=np.int64)
         history, coef, coded = self._update_inputs(coef)
@@ -349,7 +352,7 @@ class Run:
         done = engine.serial_epoch(observe, state, store, s.problem.batch_grads, self.x,
                                    self.velocity, s.A, s.y, s.problem.params, order, n, b, lr,
                                    config.momentum, config.weight_decay, grads_out, self.idx,
-                                   np.empty((b, d)), np.empty(d), history, coef, coded, self.step,
+                                   aligned.empty((b, d)), aligned.empty(d), history, coef, coded, self.step,
                                    losses, timers)
         # the steps done are traced; after a divergence up to the diverging one, as under MPI
         self._record_steps(epoch, losses[:done if done >= 0 else -done - 1])
@@ -368,14 +371,14 @@ class Run:
         kernel = engine.mpi_epoch(s.problem.batch_grads)
         observe = engine.first_class(self.orderer.kernel if gradients else engine.no_observer)
         state = self.orderer.state if gradients else np.zeros(1, dtype=np.int64)
-        grads = np.empty((local, b, d))
-        gathered = np.empty((m, b, d) if self.coordinated else (1, 1, 1))
+        grads = aligned.empty((local, b, d))
+        gathered = aligned.empty((m, b, d) if self.coordinated else (1, 1, 1))
         trace_loss = np.full(self.steps_per_epoch, np.nan)  # filled every trace_every steps
         timers = np.zeros(3)
         link = s.backend.exchange_link(gathered.size // s.backend.size if self.coordinated else local * d)
         done = kernel(observe, self.x, self.velocity, lr, config.momentum, config.weight_decay,
                       s.A, s.y, s.problem.params, order, n, b, self.idx, grads,
-                      np.empty((local, d)), np.empty((local, 1)), np.empty(d), history, coef,
+                      aligned.empty((local, d)), np.empty((local, 1)), aligned.empty(d), history, coef,
                       coded, self.step, self.coordinated, gathered, np.empty((m, 1)),
                       config.trace_every, trace_loss, state, link, timers)
         self._record_steps(epoch, trace_loss[:done if done >= 0 else -done - 1])
@@ -458,10 +461,10 @@ class Run:
         steps_total = -(-n // b)
         chunk = max(1, CHUNK_DOUBLES // (m * d))
         prefix, peaks = np.zeros(d), np.zeros(2)
-        scratch = np.empty((b, d))
+        scratch = aligned.empty((b, d))
         for first in range(0, steps_total, chunk):
             steps = min(chunk, steps_total - first)
-            local = np.empty((self.local, steps, d))
+            local = aligned.empty((self.local, steps, d))
             start = time.perf_counter()
             for w in range(self.local):
                 engine.step_sums_of_order(p.batch_grads, self.x, s.A, s.y, p.params, order, w, w * n,

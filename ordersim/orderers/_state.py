@@ -18,6 +18,8 @@ observe() then names the problem.
 import numpy as np
 from numba import config, njit, types
 
+from ordersim import aligned
+
 # Explicit signatures: a kernel admits only 3-d float64 gradients (C-contiguous or strided) and an
 # int64 state, so anything else raises TypeError at dispatch instead of compiling a new version,
 # and observe() needs no Python-level checks on its fast path. No reference counting (_nrt=False):
@@ -31,6 +33,7 @@ JITTED = not config.DISABLE_JIT
 # Header slots every state buffer has; an orderer's own slots follow from FIRST_OWN_SLOT on.
 M, N, D, IN_EPOCH, OBSERVED, ORDER = range(6)  # ORDER: where the epoch's (m, n) order starts
 FIRST_OWN_SLOT = 6
+SLOTS_PER_LINE = aligned.CACHE_LINE // 8
 
 
 @njit(inline="always", error_model="numpy")
@@ -64,13 +67,16 @@ class StateBuffer:
         return {"epoch_order": (ORDER, np.int64, (self.workers, self.examples))}
 
     def _allocate_state(self) -> None:
+        # Every array starts on a cache line (8 slots), so that the vector code's rows do not
+        # straddle two lines (ordersim/aligned.py).
         layout = self._state_layout()
-        sizes = {slot: int(np.prod(shape)) for slot, _, shape in layout.values()}
-        self.state = np.zeros(self.header_slots + sum(sizes.values()), dtype=np.int64)
-        start = self.header_slots
-        for slot, size in sizes.items():
+        starts, end = {}, self.header_slots
+        for slot, _, shape in layout.values():
+            starts[slot] = -(-end // SLOTS_PER_LINE) * SLOTS_PER_LINE
+            end = starts[slot] + int(np.prod(shape))
+        self.state = aligned.zeros(end, dtype=np.int64)
+        for slot, start in starts.items():
             self.state[slot] = start
-            start += size
         self.state[[M, N, D]] = self.workers, self.examples, self.dim
         self._bind_views()
 
@@ -88,6 +94,7 @@ class StateBuffer:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self.state = aligned.on_cache_line(self.state)  # an unpickled buffer starts anywhere
         self._bind_views()
 
     def _load_epoch_order(self) -> None:
