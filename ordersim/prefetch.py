@@ -38,7 +38,9 @@ if config.DISABLE_JIT:
 else:
     @njit(inline="always", error_model="numpy")
     def prefetch_row(A, i):
-        """Hint the CPU to fetch row i of the C-contiguous 2-d array A into the caches."""
+        """Hint the CPU to fetch row i of the C-contiguous 2-d array A into the caches: every
+        line the row touches (a row that does not start on a line touches one more)."""
         start = A.ctypes.data + i * A.strides[0]
-        for offset in range(0, A.shape[1] * A.itemsize, CACHE_LINE):
-            _prefetch(start + offset)
+        first = start - start % CACHE_LINE
+        for line in range(first, start + A.shape[1] * A.itemsize, CACHE_LINE):
+            _prefetch(line)
