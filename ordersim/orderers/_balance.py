@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from ordersim.orderers._vector import (add_signed_difference, add_signed_difference_and_sum,
-                                       dot_with_difference)
+                                       add_signed_difference_then_dot, dot_with_difference)
 from ordersim.orderers._state import (FIRST_OWN_SLOT, N, OBSERVED, ORDER, StateBuffer, block, fits,
                                       state_kernel)
 
@@ -88,15 +88,11 @@ def mean_balance_observe(grads, state):
 
 
 @njit(inline="always", error_model="numpy")
-def balance_pair(i, t, dot, row, peaks, r, first, second, n, order, next_order, left, right,
-                 walk_failures, u, mode, tie_plus, walk_c):
-    """Row i's pair ending at visit position t, given dot = <s, v> with v = first - second (s:
-    running-sum row r): its sign, s += eps v, peaks[r] = max(peaks[r], ||s||_inf), and both
-    examples' places in the next order."""
-    eps = choose_sign(i, dot, mode, tie_plus, walk_c, u, i * n + t // 2, walk_failures)
-    peaks[r] = max(peaks[r], add_signed_difference(row, first, second, eps))
+def place_pair(i, t, eps, n, order, next_order, left, right):
+    """Row i's pair ending at visit position t, of sign eps: the example eps sends left takes
+    row i's next free place from the left in the next order, the other the next from the right."""
     earlier, later = order[i * n + t - 1], order[i * n + t]
-    to_left = earlier if eps > 0.0 else later  # a select (see mean_balance_step); the other goes right
+    to_left = earlier if eps > 0.0 else later  # a select (see mean_balance_step)
     next_order[i * n + left[i]] = to_left
     next_order[i * n + right[i]] = earlier + later - to_left
     left[i] += 1
@@ -124,6 +120,7 @@ def pair_balance_observe(grads, state):
     s, peaks = block(floats, RUNNING_SUM, state, rows * d), block(floats, PEAKS, state, rows)
     u, pending = block(floats, UNIFORMS, state, m * n), block(floats, EXTRA, state, m * d)
     mode, tie_plus, walk_c = state[MODE], state[TIE_PLUS] != 0, floats[WALK_C]
+    dot_ahead, dot = False, 0.0  # whether the last update already took this pair's <s, v>
     for j in range(b):
         t = start + j
         if t % 2 == 0:
@@ -140,8 +137,22 @@ def pair_balance_observe(grads, state):
             row = s[r * d:(r + 1) * d]
             # the pair's first gradient: in this call's buffer, or kept from the previous call
             first = grads[i, j - 1] if j > 0 else pending[i * d:(i + 1) * d]
-            balance_pair(i, t, dot_with_difference(row, first, grads[i, j]), row, peaks, r, first, grads[i, j], n,
-                         order, next_order, left, right, walk_failures, u, mode, tie_plus, walk_c)
+            if not dot_ahead:
+                dot = dot_with_difference(row, first, grads[i, j])
+            eps = choose_sign(i, dot, mode, tie_plus, walk_c, u, i * n + t // 2, walk_failures)
+            # With one shared row, the next pair of this call (the next worker's, or worker 0's
+            # two positions on) is balanced against the s this update makes: its dot product is
+            # taken in the update's pass, on s still in registers.
+            dot_ahead = rows == 1 and (i + 1 < m or j + 2 < b)
+            if dot_ahead:
+                w, k = (i + 1, j) if i + 1 < m else (0, j + 2)
+                next_first = grads[w, k - 1] if k > 0 else pending[w * d:(w + 1) * d]
+                largest, dot = add_signed_difference_then_dot(row, first, grads[i, j], eps, next_first,
+                                                              grads[w, k])
+            else:
+                largest = add_signed_difference(row, first, grads[i, j], eps)
+            peaks[r] = max(peaks[r], largest)  # s_r's largest ||s||_inf so far
+            place_pair(i, t, eps, n, order, next_order, left, right)
     state[OBSERVED] = start + b
     return b
 

@@ -1,5 +1,6 @@
 """The balancing kernels' per-example vector work, in explicit vector code: the dot product
-<s, a - b> every sign decision rests on, and the update s += eps (a - b) with ||s||_inf.
+<s, a - b> every sign decision rests on, the update s += eps (a - b) with ||s||_inf, and the
+two in one pass (the shared walk's update followed by its next pair's dot product).
 
 The dot product's association is fixed, so that every orderer, backend and the references in
 tests/reference/orderers.py (``lane_dot``) take the same sign decisions, exact ties included:
@@ -46,28 +47,76 @@ def _half(builder, vector, upper):
     return builder.shuffle_vector(vector, vector, lanes)
 
 
+def _splat(builder, value):
+    """A vector of WIDTH copies of the double `value`."""
+    lanes = builder.insert_element(ir.Constant(_VECTOR, ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(_I32, WIDTH), [0] * WIDTH))
+
+
+def _zero_vector(builder):
+    """A vector variable, on the stack, starting at zero."""
+    return cgutils.alloca_once_value(builder, ir.Constant(_VECTOR, [0.0] * WIDTH))
+
+
+def _add_lanes(builder, accumulators):
+    """The 16 lanes of the accumulator vectors (lanes 0-7 and 8-15, or four of 4) added in the
+    module's order."""
+    vectors = [builder.load(accumulator) for accumulator in accumulators]
+    if WIDTH == 8:
+        vectors = [_half(builder, vector, upper) for vector in vectors for upper in (False, True)]
+    v = builder.fadd(builder.fadd(vectors[0], vectors[1]), builder.fadd(vectors[2], vectors[3]))
+    lane = [builder.extract_element(v, ir.Constant(_I32, i)) for i in range(4)]
+    return builder.fadd(builder.fadd(lane[0], lane[1]), builder.fadd(lane[2], lane[3]))
+
+
+def _largest_lane(builder, largest):
+    """The largest lane of the vector variable `largest` (all lanes >= 0)."""
+    vector = builder.load(largest)
+    result = builder.extract_element(vector, ir.Constant(_I32, 0))
+    for i in range(1, WIDTH):
+        lane = builder.extract_element(vector, ir.Constant(_I32, i))
+        result = builder.select(builder.fcmp_ordered(">", lane, result), lane, result)
+    return result
+
+
+def _accumulate_dot(builder, accumulator, s_value, a, b, offset):
+    """accumulator += s_value (a - b) for the vector of a and b at `offset`."""
+    difference = builder.fsub(builder.load(_vector_at(builder, a, offset), align=8),
+                              builder.load(_vector_at(builder, b, offset), align=8))
+    builder.store(builder.fadd(builder.load(accumulator), builder.fmul(s_value, difference)), accumulator)
+
+
+def _update_vector(builder, s, a, b, eps_vector, offset, largest, sums=None):
+    """s += eps (a - b) for the vector at `offset`, its largest |s_k| into the vector variable
+    `largest` and, with `sums`, sums += a; returns the new vector of s."""
+    fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VECTOR, [_VECTOR]),
+                                          f"llvm.fabs.v{WIDTH}f64")
+    s_here = _vector_at(builder, s, offset)
+    a_value = builder.load(_vector_at(builder, a, offset), align=8)
+    difference = builder.fsub(a_value, builder.load(_vector_at(builder, b, offset), align=8))
+    value = builder.fadd(builder.load(s_here, align=8), builder.fmul(eps_vector, difference))
+    builder.store(value, s_here, align=8)
+    magnitude, so_far = builder.call(fabs, [value]), builder.load(largest)
+    builder.store(builder.select(builder.fcmp_ordered(">", magnitude, so_far), magnitude, so_far), largest)
+    if sums is not None:
+        sums_here = _vector_at(builder, sums, offset)
+        builder.store(builder.fadd(builder.load(sums_here, align=8), a_value), sums_here, align=8)
+    return value
+
+
 @intrinsic
 def _lane_sums(typingctx, s_address, a_address, b_address, blocks):
     """The 16-lane part of <s, a - b> over `blocks` blocks of 16 doubles at the three addresses."""
     def codegen(context, builder, signature, args):
         s, a, b, count = args
-        accumulators = [cgutils.alloca_once_value(builder, ir.Constant(_VECTOR, [0.0] * WIDTH))
-                        for _ in range(LANES // WIDTH)]  # lanes 0-7 and 8-15
+        accumulators = [_zero_vector(builder) for _ in range(LANES // WIDTH)]  # lanes 0-7, 8-15
         with cgutils.for_range(builder, count) as loop:
             base = builder.mul(loop.index, ir.Constant(loop.index.type, LANES))
             for q, accumulator in enumerate(accumulators):
                 offset = builder.add(base, ir.Constant(base.type, q * WIDTH))
-
-                def load(address):
-                    return builder.load(_vector_at(builder, address, offset), align=8)
-
-                term = builder.fmul(load(s), builder.fsub(load(a), load(b)))
-                builder.store(builder.fadd(builder.load(accumulator), term), accumulator)
-        low, high = (builder.load(accumulator) for accumulator in accumulators)
-        v = builder.fadd(builder.fadd(_half(builder, low, False), _half(builder, low, True)),
-                         builder.fadd(_half(builder, high, False), _half(builder, high, True)))
-        lane = [builder.extract_element(v, ir.Constant(_I32, i)) for i in range(4)]
-        return builder.fadd(builder.fadd(lane[0], lane[1]), builder.fadd(lane[2], lane[3]))
+                s_value = builder.load(_vector_at(builder, s, offset), align=8)
+                _accumulate_dot(builder, accumulator, s_value, a, b, offset)
+        return _add_lanes(builder, accumulators)
 
     return types.float64(s_address, a_address, b_address, blocks), codegen
 
@@ -77,30 +126,11 @@ def _signed_update_codegen(accumulate):
     of them; with ``accumulate`` also sums += a (GraB's epoch sum of the gradients, same pass)."""
     def codegen(context, builder, signature, args):
         s, a, b, eps, count = args[:5]
-        lanes = builder.insert_element(ir.Constant(_VECTOR, ir.Undefined), eps, ir.Constant(_I32, 0))
-        eps_vector = builder.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(_I32, WIDTH), [0] * WIDTH))
-        fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VECTOR, [_VECTOR]),
-                                              f"llvm.fabs.v{WIDTH}f64")
-        largest = cgutils.alloca_once_value(builder, ir.Constant(_VECTOR, [0.0] * WIDTH))
+        eps_vector, largest = _splat(builder, eps), _zero_vector(builder)
         with cgutils.for_range(builder, count) as loop:
             offset = builder.mul(loop.index, ir.Constant(loop.index.type, WIDTH))
-            s_here = _vector_at(builder, s, offset)
-            a_value = builder.load(_vector_at(builder, a, offset), align=8)
-            difference = builder.fsub(a_value, builder.load(_vector_at(builder, b, offset), align=8))
-            value = builder.fadd(builder.load(s_here, align=8), builder.fmul(eps_vector, difference))
-            builder.store(value, s_here, align=8)
-            magnitude, so_far = builder.call(fabs, [value]), builder.load(largest)
-            builder.store(builder.select(builder.fcmp_ordered(">", magnitude, so_far), magnitude, so_far),
-                          largest)
-            if accumulate:
-                sums_here = _vector_at(builder, args[5], offset)
-                builder.store(builder.fadd(builder.load(sums_here, align=8), a_value), sums_here, align=8)
-        vector = builder.load(largest)
-        result = builder.extract_element(vector, ir.Constant(_I32, 0))
-        for i in range(1, WIDTH):
-            lane = builder.extract_element(vector, ir.Constant(_I32, i))
-            result = builder.select(builder.fcmp_ordered(">", lane, result), lane, result)
-        return result
+            _update_vector(builder, s, a, b, eps_vector, offset, largest, args[5] if accumulate else None)
+        return _largest_lane(builder, largest)
     return codegen
 
 
@@ -115,6 +145,28 @@ def _add_signed_blocks_and_sum(typingctx, s_address, a_address, b_address, eps, 
     """_add_signed_blocks, and sums += a over the same blocks."""
     return (types.float64(s_address, a_address, b_address, eps, blocks, sums_address),
             _signed_update_codegen(True))
+
+
+@intrinsic
+def _add_signed_blocks_then_lane_sums(typingctx, s_address, a_address, b_address, eps, next_a_address,
+                                      next_b_address, blocks):
+    """s += eps (a - b), then the 16-lane part of <s, next_a - next_b> with the new s, in one pass
+    over `blocks` blocks of 16 doubles; returns (the largest |s_k| of them, the lanes added)."""
+    def codegen(context, builder, signature, args):
+        s, a, b, eps, next_a, next_b, count = args
+        eps_vector, largest = _splat(builder, eps), _zero_vector(builder)
+        accumulators = [_zero_vector(builder) for _ in range(LANES // WIDTH)]
+        with cgutils.for_range(builder, count) as loop:
+            base = builder.mul(loop.index, ir.Constant(loop.index.type, LANES))
+            for q, accumulator in enumerate(accumulators):
+                offset = builder.add(base, ir.Constant(base.type, q * WIDTH))
+                value = _update_vector(builder, s, a, b, eps_vector, offset, largest)
+                _accumulate_dot(builder, accumulator, value, next_a, next_b, offset)
+        result = (_largest_lane(builder, largest), _add_lanes(builder, accumulators))
+        return context.make_tuple(builder, signature.return_type, result)
+
+    return (types.UniTuple(types.float64, 2)(s_address, a_address, b_address, eps, next_a_address,
+                                             next_b_address, blocks), codegen)
 
 
 if config.DISABLE_JIT:
@@ -143,6 +195,11 @@ if config.DISABLE_JIT:
         """add_signed_difference(s, a, b, eps), and sums += a (plain Python)."""
         sums += a
         return add_signed_difference(s, a, b, eps)
+
+    def add_signed_difference_then_dot(s, a, b, eps, next_a, next_b):
+        """add_signed_difference(s, a, b, eps), then dot_with_difference(s, next_a, next_b)
+        (plain Python)."""
+        return add_signed_difference(s, a, b, eps), dot_with_difference(s, next_a, next_b)
 else:
     @njit(inline="always", error_model="numpy")
     def dot_with_difference(s, a, b):
@@ -176,3 +233,20 @@ else:
             largest = max(largest, abs(value))
             sums[k] += a[k]
         return largest
+
+    @njit(inline="always", error_model="numpy")
+    def add_signed_difference_then_dot(s, a, b, eps, next_a, next_b):
+        """add_signed_difference(s, a, b, eps), then dot_with_difference(s, next_a, next_b), in
+        one pass over s (the walk's next dot product starts on the new s while it is in
+        registers); returns (max_k |s_k|, the dot product). All contiguous, of one length."""
+        d = s.shape[0]
+        whole = d // LANES * LANES
+        largest, total = _add_signed_blocks_then_lane_sums(s.ctypes.data, a.ctypes.data, b.ctypes.data, eps,
+                                                           next_a.ctypes.data, next_b.ctypes.data, d // LANES)
+        for k in range(whole, d):
+            value = s[k] + eps * (a[k] - b[k])
+            s[k] = value
+            largest = max(largest, abs(value))
+        for k in range(whole, d):
+            total += s[k] * (next_a[k] - next_b[k])
+        return largest, total
