@@ -114,23 +114,31 @@ def test_signed_update_matches_numpy():
 
 
 def test_update_then_dot_is_the_update_followed_by_the_dot():
-    """The pair walk's fused pass: s += eps (a - b) with NumPy's bits and max |s|, then <s, a2 - b2>
-    on the new s with lane_dot's bits; d covers whole 16-lane blocks, tails, and tails alone."""
+    """The walks' fused pass: s += eps (a - b) with NumPy's bits and max |s| (and sums += a in the
+    variant that sums), then <s, a2 - b2> on the new s with lane_dot's bits; d covers whole
+    16-lane blocks, tails, and tails alone."""
     from numba import njit
 
-    from ordersim.orderers._vector import add_signed_difference_then_dot
+    from ordersim.orderers._vector import add_signed_difference_and_sum_then_dot, add_signed_difference_then_dot
 
     fused = njit(lambda s, a, b, eps, a2, b2: add_signed_difference_then_dot(s, a, b, eps, a2, b2))
+    fused_and_sum = njit(lambda s, a, b, eps, sums, a2, b2:
+                         add_signed_difference_and_sum_then_dot(s, a, b, eps, sums, a2, b2))
     rng = np.random.default_rng(9)
     for d in (1, 8, 15, 16, 17, 37, 128, 131):
         for eps in (1.0, -1.0):
-            s, a, b, a2, b2 = rng.standard_normal((5, d)) * rng.uniform(0.1, 1e3, (5, d))
+            s, a, b, a2, b2, sums = rng.standard_normal((6, d)) * rng.uniform(0.1, 1e3, (6, d))
             want = s + eps * (a - b)
-            got = s.copy()
-            largest, dot = fused(got, a, b, eps, a2, b2)
-            np.testing.assert_array_equal(got, want, err_msg=f"d={d} eps={eps}")
-            assert largest == np.abs(want).max(), (d, eps)
-            assert dot == lane_dot(want, a2 - b2), (d, eps)
+            for summing in (False, True):
+                got, got_sums = s.copy(), sums.copy()
+                if summing:
+                    largest, dot = fused_and_sum(got, a, b, eps, got_sums, a2, b2)
+                    np.testing.assert_array_equal(got_sums, sums + a, err_msg=f"d={d}")
+                else:
+                    largest, dot = fused(got, a, b, eps, a2, b2)
+                np.testing.assert_array_equal(got, want, err_msg=f"d={d} eps={eps}")
+                assert largest == np.abs(want).max(), (d, eps)
+                assert dot == lane_dot(want, a2 - b2), (d, eps)
 
 
 # -- conformance against the references ----------------------------------------------------------

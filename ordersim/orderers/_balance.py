@@ -14,7 +14,8 @@ import numpy as np
 from numba import njit
 
 from ordersim.orderers._vector import (add_signed_difference, add_signed_difference_and_sum,
-                                       add_signed_difference_then_dot, dot_with_difference)
+                                       add_signed_difference_and_sum_then_dot, add_signed_difference_then_dot,
+                                       dot_with_difference)
 from ordersim.orderers._state import (FIRST_OWN_SLOT, N, OBSERVED, ORDER, StateBuffer, block, fits,
                                       state_kernel)
 
@@ -43,12 +44,9 @@ def choose_sign(i, dot, mode, tie_plus, walk_c, u, at, walk_failures):
 
 
 @njit(inline="always", error_model="numpy")
-def mean_balance_step(i, t, dot, g, row, peaks, mean_prev, grad_sum, n, order, next_order, left,
-                      right, walk_failures, u, mode, tie_plus, walk_c):
-    """Row i's example at visit position t, given dot = <s_i, g - mean_prev>: its sign, the update
-    of s_i, of its peak and of the epoch's gradient sum, and its place in the next order."""
-    eps = choose_sign(i, dot, mode, tie_plus, walk_c, u, i * n + t, walk_failures)
-    peaks[i] = max(peaks[i], add_signed_difference_and_sum(row, g, mean_prev, eps, grad_sum))
+def place_example(i, t, eps, n, order, next_order, left, right):
+    """Row i's example at visit position t, of sign eps: +1 takes the row's next free place from
+    the left in the next order, -1 the next from the right."""
     plus = eps > 0.0  # selects, not branches: the sign is as unpredictable as a coin
     next_order[i * n + (left[i] if plus else right[i])] = order[i * n + t]
     left[i] += plus
@@ -78,11 +76,19 @@ def mean_balance_observe(grads, state):
     for i in range(m):
         row = s[i * d:(i + 1) * d]
         mean_prev, grad_sum = extra[i * d:(i + 1) * d], extra[(m + i) * d:(m + i + 1) * d]
+        dot = dot_with_difference(row, grads[i, 0], mean_prev)
         for j in range(b):
             g = grads[i, j]
-            mean_balance_step(i, start + j, dot_with_difference(row, g, mean_prev), g, row, peaks, mean_prev,
-                              grad_sum, n, order, next_order, left, right, walk_failures, u, mode, tie_plus,
-                              walk_c)
+            eps = choose_sign(i, dot, mode, tie_plus, walk_c, u, i * n + start + j, walk_failures)
+            # the row's next example is balanced against the s this update makes: its dot
+            # product is taken in the update's pass, on s still in registers
+            if j + 1 < b:
+                largest, dot = add_signed_difference_and_sum_then_dot(row, g, mean_prev, eps, grad_sum,
+                                                                      grads[i, j + 1], mean_prev)
+            else:
+                largest = add_signed_difference_and_sum(row, g, mean_prev, eps, grad_sum)
+            peaks[i] = max(peaks[i], largest)  # s_i's largest ||s||_inf so far
+            place_example(i, start + j, eps, n, order, next_order, left, right)
     state[OBSERVED] = start + b
     return b
 
@@ -92,7 +98,7 @@ def place_pair(i, t, eps, n, order, next_order, left, right):
     """Row i's pair ending at visit position t, of sign eps: the example eps sends left takes
     row i's next free place from the left in the next order, the other the next from the right."""
     earlier, later = order[i * n + t - 1], order[i * n + t]
-    to_left = earlier if eps > 0.0 else later  # a select (see mean_balance_step)
+    to_left = earlier if eps > 0.0 else later  # a select (see place_example)
     next_order[i * n + left[i]] = to_left
     next_order[i * n + right[i]] = earlier + later - to_left
     left[i] += 1

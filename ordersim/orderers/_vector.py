@@ -147,26 +147,42 @@ def _add_signed_blocks_and_sum(typingctx, s_address, a_address, b_address, eps, 
             _signed_update_codegen(True))
 
 
-@intrinsic
-def _add_signed_blocks_then_lane_sums(typingctx, s_address, a_address, b_address, eps, next_a_address,
-                                      next_b_address, blocks):
-    """s += eps (a - b), then the 16-lane part of <s, next_a - next_b> with the new s, in one pass
-    over `blocks` blocks of 16 doubles; returns (the largest |s_k| of them, the lanes added)."""
+def _update_then_dot_codegen(accumulate):
+    """Code of s += eps (a - b) (with ``accumulate`` also sums += a), then the 16-lane part of
+    <s, next_a - next_b> with the new s, in one pass over `count` blocks of 16 doubles; returns
+    (the largest |s_k| of them, the lanes added)."""
     def codegen(context, builder, signature, args):
-        s, a, b, eps, next_a, next_b, count = args
+        s, a, b, eps, next_a, next_b, count = args[:7]
         eps_vector, largest = _splat(builder, eps), _zero_vector(builder)
         accumulators = [_zero_vector(builder) for _ in range(LANES // WIDTH)]
         with cgutils.for_range(builder, count) as loop:
             base = builder.mul(loop.index, ir.Constant(loop.index.type, LANES))
             for q, accumulator in enumerate(accumulators):
                 offset = builder.add(base, ir.Constant(base.type, q * WIDTH))
-                value = _update_vector(builder, s, a, b, eps_vector, offset, largest)
+                value = _update_vector(builder, s, a, b, eps_vector, offset, largest,
+                                       args[7] if accumulate else None)
                 _accumulate_dot(builder, accumulator, value, next_a, next_b, offset)
         result = (_largest_lane(builder, largest), _add_lanes(builder, accumulators))
         return context.make_tuple(builder, signature.return_type, result)
+    return codegen
 
+
+@intrinsic
+def _add_signed_blocks_then_lane_sums(typingctx, s_address, a_address, b_address, eps, next_a_address,
+                                      next_b_address, blocks):
+    """s += eps (a - b), then the 16-lane part of <s, next_a - next_b> on the new s, over `blocks`
+    blocks of 16 doubles in one pass; returns (the largest |s_k| of them, the lanes added)."""
     return (types.UniTuple(types.float64, 2)(s_address, a_address, b_address, eps, next_a_address,
-                                             next_b_address, blocks), codegen)
+                                             next_b_address, blocks), _update_then_dot_codegen(False))
+
+
+@intrinsic
+def _add_signed_blocks_and_sum_then_lane_sums(typingctx, s_address, a_address, b_address, eps, next_a_address,
+                                              next_b_address, blocks, sums_address):
+    """_add_signed_blocks_then_lane_sums, and sums += a in the same pass."""
+    return (types.UniTuple(types.float64, 2)(s_address, a_address, b_address, eps, next_a_address,
+                                             next_b_address, blocks, sums_address),
+            _update_then_dot_codegen(True))
 
 
 if config.DISABLE_JIT:
@@ -200,6 +216,11 @@ if config.DISABLE_JIT:
         """add_signed_difference(s, a, b, eps), then dot_with_difference(s, next_a, next_b)
         (plain Python)."""
         return add_signed_difference(s, a, b, eps), dot_with_difference(s, next_a, next_b)
+
+    def add_signed_difference_and_sum_then_dot(s, a, b, eps, sums, next_a, next_b):
+        """add_signed_difference_and_sum(s, a, b, eps, sums), then dot_with_difference(s, next_a,
+        next_b) (plain Python)."""
+        return add_signed_difference_and_sum(s, a, b, eps, sums), dot_with_difference(s, next_a, next_b)
 else:
     @njit(inline="always", error_model="numpy")
     def dot_with_difference(s, a, b):
@@ -247,6 +268,24 @@ else:
             value = s[k] + eps * (a[k] - b[k])
             s[k] = value
             largest = max(largest, abs(value))
+        for k in range(whole, d):
+            total += s[k] * (next_a[k] - next_b[k])
+        return largest, total
+
+    @njit(inline="always", error_model="numpy")
+    def add_signed_difference_and_sum_then_dot(s, a, b, eps, sums, next_a, next_b):
+        """add_signed_difference_and_sum(s, a, b, eps, sums), then dot_with_difference(s, next_a,
+        next_b), in one pass over s; returns (max_k |s_k|, the dot product)."""
+        d = s.shape[0]
+        whole = d // LANES * LANES
+        largest, total = _add_signed_blocks_and_sum_then_lane_sums(
+            s.ctypes.data, a.ctypes.data, b.ctypes.data, eps, next_a.ctypes.data, next_b.ctypes.data,
+            d // LANES, sums.ctypes.data)
+        for k in range(whole, d):
+            value = s[k] + eps * (a[k] - b[k])
+            s[k] = value
+            largest = max(largest, abs(value))
+            sums[k] += a[k]
         for k in range(whole, d):
             total += s[k] * (next_a[k] - next_b[k])
         return largest, total
