@@ -35,15 +35,26 @@ def compile_for_steps(batch_grads) -> None:
 
 
 # takes the problem's kernel as an argument: not cacheable (numba#2956); _nrt: see serial_epoch
-@njit(error_model="numpy", _nrt=False)
+@njit(inline="always", error_model="numpy", _nrt=False)
 def worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum):
     """Gradients of one worker's next `count` examples (visit positions pos..pos+count-1).
 
     Local example e of local row `row` is row base + e of A. Writes the per-example gradients to
     grads[:count] and their sum (in visit order) to grad_sum; returns the sum of the losses.
-    The rows of the worker's next `count` examples are prefetched first, to arrive while these
-    are computed.
+    One example (every step at b = 1) goes to a version compiled for exactly one: the serial
+    loop's memory-bound epoch at b = 1 took 15 % less time that way (docs/performance.md).
     """
+    if count == 1:
+        return worker_examples(batch_grads, x, A, y, params, order, row, base, pos, 1, idx, grads,
+                               grad_sum)
+    return worker_examples(batch_grads, x, A, y, params, order, row, base, pos, count, idx, grads,
+                           grad_sum)
+
+
+@njit(error_model="numpy", _nrt=False)
+def worker_examples(batch_grads, x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum):
+    """worker_step's work. The rows of the worker's next `count` examples are prefetched first,
+    to arrive while these are computed."""
     for r in range(pos + count, min(pos + 2 * count, order.shape[1])):
         prefetch_row(A, base + order[row, r])
     for r in range(count):
