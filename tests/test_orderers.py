@@ -331,18 +331,16 @@ def test_reorder_lemma_for_any_signs(problem, data):
 @given(problem=centered_problem(integers=True), sign=st.sampled_from(["deterministic", "walk"]),
        tie=st.sampled_from(["plus", "minus"]), seed=st.integers(0, 3))
 def test_grab_kernel_reorders_by_the_two_pointer_rule(problem, sign, tie, seed):
-    """Feed grab centered vectors (first epoch: v = z), read each sign the kernel chose from its left
-    pointer, and check its next order is the reference's two-pointer order for those signs, that
-    the lemma holds for it, and that its discrepancy is the max of the signed prefix sums."""
+    """Feed grab centered vectors (first epoch: v = z), read the signs the kernel chose, and check
+    its next order is the reference's two-pointer order for those signs, that the lemma holds for
+    it, and that its discrepancy is the max of the signed prefix sums."""
     z, old_order = problem
     n, d = z.shape
     o = make_orderer("grab", 1, n, d, seed=seed, sign=sign, tie=tie, walk_c=2.0, first_order="identity")
     visit = o.begin_epoch()[0]
-    signs = []
     for t in range(n):
-        left = int(o.left[0])
         o.observe(np.ascontiguousarray(z[visit[t]][None, None, :]))
-        signs.append(1 if o.left[0] == left + 1 else -1)
+    signs = [1 if plus else -1 for plus in o.signs[0]]
     o.end_epoch()
     prefix = np.cumsum(np.array(signs, dtype=np.float64)[:, None] * z[visit], axis=0)
     assert np.isclose(o.balance_discrepancy, np.abs(prefix).max(), rtol=1e-12, atol=1e-12)

@@ -8,6 +8,11 @@ The state lives in one flat buffer (``_state.py``); a kernel call takes just (gr
 The epoch's balancing discrepancy, max over steps of ||s||_inf, is kept as ``peaks``: per
 running-sum row, the largest ||s||_inf so far, which the vector update of s returns at no extra
 pass over s (``_vector.py``).
+
+The kernels record each sign (``signs``: 1 for +1, per example or per pair) and the next order is
+built from them when the epoch ends (``place_by_signs``): placing every example as it came meant
+reading the order and writing the next one in 24 interleaved streams (m = 8) inside the walk,
+which cost cd-grab's serial epoch ~3 ms of ~60 (docs/performance.md).
 """
 
 import numpy as np
@@ -16,7 +21,7 @@ from numba import njit
 from ordersim.orderers._vector import (add_signed_difference, add_signed_difference_and_sum,
                                        add_signed_difference_and_sum_then_dot, add_signed_difference_then_dot,
                                        dot_with_difference)
-from ordersim.orderers._state import (FIRST_OWN_SLOT, N, OBSERVED, ORDER, StateBuffer, block, fits,
+from ordersim.orderers._state import (FIRST_OWN_SLOT, N, OBSERVED, StateBuffer, block, fits,
                                       state_kernel)
 
 SIGN_DETERMINISTIC = 0
@@ -25,8 +30,8 @@ SIGN_WALK = 1
 # The balancing orderers' header slots: running-sum rows, sign options (walk_c stored as a
 # float64), then where each of their arrays starts.
 ROWS, MODE, TIE_PLUS, WALK_C = range(FIRST_OWN_SLOT, FIRST_OWN_SLOT + 4)
-NEXT_ORDER, LEFT, RIGHT, WALK_FAILURES, RUNNING_SUM, PEAKS, UNIFORMS, EXTRA = range(
-    FIRST_OWN_SLOT + 4, FIRST_OWN_SLOT + 12)
+NEXT_ORDER, SIGNS, WALK_FAILURES, RUNNING_SUM, PEAKS, UNIFORMS, EXTRA = range(
+    FIRST_OWN_SLOT + 4, FIRST_OWN_SLOT + 11)
 
 
 @njit(inline="always", error_model="numpy")
@@ -43,23 +48,13 @@ def choose_sign(i, dot, mode, tie_plus, walk_c, u, at, walk_failures):
     return 1.0 if u[at] < p else -1.0
 
 
-@njit(inline="always", error_model="numpy")
-def place_example(i, t, eps, n, order, next_order, left, right):
-    """Row i's example at visit position t, of sign eps: +1 takes the row's next free place from
-    the left in the next order, -1 the next from the right."""
-    plus = eps > 0.0  # selects, not branches: the sign is as unpredictable as a coin
-    next_order[i * n + (left[i] if plus else right[i])] = order[i * n + t]
-    left[i] += plus
-    right[i] -= not plus
-
-
 @state_kernel
 def mean_balance_observe(grads, state):
     """GraB's mean balance, every row on its own: v = g - mean of the previous epoch's gradients.
 
-    grads (m, b, d) holds visit positions start..start+b-1 of each row. +1 examples fill row i of
-    next_order from the left in arrival order, -1 examples from the right (reverse arrival order).
-    The extra arrays are the previous epoch's means and this epoch's sums, (m, d) each.
+    grads (m, b, d) holds visit positions start..start+b-1 of each row; the sign of row i's example
+    at position t goes to signs[i, t] (place_by_signs: +1 examples fill the row of the next order
+    from the left in arrival order, -1 examples from the right). The extra arrays are the previous epoch's means and this epoch's sums, (m, d) each.
     Rows are independent, so they are walked one at a time and each row's state stays in cache for
     its b examples. Returns b, or -1 if grads do not fit (nothing is changed then).
     """
@@ -67,9 +62,7 @@ def mean_balance_observe(grads, state):
         return -1
     m, b, d = grads.shape
     n, start, floats = state[N], state[OBSERVED], state.view(np.float64)
-    order, next_order = block(state, ORDER, state, m * n), block(state, NEXT_ORDER, state, m * n)
-    left, right = block(state, LEFT, state, m), block(state, RIGHT, state, m)
-    walk_failures = block(state, WALK_FAILURES, state, m)
+    signs, walk_failures = block(state.view(np.uint8), SIGNS, state, m * n), block(state, WALK_FAILURES, state, m)
     s, peaks = block(floats, RUNNING_SUM, state, m * d), block(floats, PEAKS, state, m)
     u, extra = block(floats, UNIFORMS, state, m * n), block(floats, EXTRA, state, 2 * m * d)
     mode, tie_plus, walk_c = state[MODE], state[TIE_PLUS] != 0, floats[WALK_C]
@@ -88,21 +81,9 @@ def mean_balance_observe(grads, state):
             else:
                 largest = add_signed_difference_and_sum(row, g, mean_prev, eps, grad_sum)
             peaks[i] = max(peaks[i], largest)  # s_i's largest ||s||_inf so far
-            place_example(i, start + j, eps, n, order, next_order, left, right)
+            signs[i * n + start + j] = eps > 0.0
     state[OBSERVED] = start + b
     return b
-
-
-@njit(inline="always", error_model="numpy")
-def place_pair(i, t, eps, n, order, next_order, left, right):
-    """Row i's pair ending at visit position t, of sign eps: the example eps sends left takes
-    row i's next free place from the left in the next order, the other the next from the right."""
-    earlier, later = order[i * n + t - 1], order[i * n + t]
-    to_left = earlier if eps > 0.0 else later  # a select (see place_example)
-    next_order[i * n + left[i]] = to_left
-    next_order[i * n + right[i]] = earlier + later - to_left
-    left[i] += 1
-    right[i] -= 1
 
 
 @state_kernel
@@ -113,16 +94,15 @@ def pair_balance_observe(grads, state):
     (cd-grab), and the pair's workers are visited in worker order inside every pair index, so with
     a shared row the walk is the coordinated one of CD-GraB. When a pair's first gradient is the
     last of a call, the extra (m, d) array keeps a copy of it: the caller may overwrite its buffer
-    before the partner arrives. With n odd the last example has no partner and takes the one free
-    slot (left == right). Returns b, or -1 if grads do not fit (nothing is changed then).
+    before the partner arrives. The sign of row i's pair k goes to signs[i, k] (place_by_signs;
+    with n odd the last example has no partner and takes the middle of the next order). Returns
+    b, or -1 if grads do not fit (nothing is changed then).
     """
     if not fits(grads, state):
         return -1
     m, b, d = grads.shape
     n, rows, start, floats = state[N], state[ROWS], state[OBSERVED], state.view(np.float64)
-    order, next_order = block(state, ORDER, state, m * n), block(state, NEXT_ORDER, state, m * n)
-    left, right = block(state, LEFT, state, m), block(state, RIGHT, state, m)
-    walk_failures = block(state, WALK_FAILURES, state, m)
+    signs, walk_failures = block(state.view(np.uint8), SIGNS, state, m * n), block(state, WALK_FAILURES, state, m)
     s, peaks = block(floats, RUNNING_SUM, state, rows * d), block(floats, PEAKS, state, rows)
     u, pending = block(floats, UNIFORMS, state, m * n), block(floats, EXTRA, state, m * d)
     mode, tie_plus, walk_c = state[MODE], state[TIE_PLUS] != 0, floats[WALK_C]
@@ -130,10 +110,7 @@ def pair_balance_observe(grads, state):
     for j in range(b):
         t = start + j
         if t % 2 == 0:
-            if t == n - 1:
-                for i in range(m):
-                    next_order[i * n + left[i]] = order[i * n + t]
-            elif j == b - 1:  # the partner comes in a later call: copy, the buffer may be reused
+            if j == b - 1 and t < n - 1:  # the partner comes in a later call: copy, the buffer may be reused
                 for i in range(m):
                     for k in range(d):
                         pending[i * d + k] = grads[i, j, k]
@@ -158,9 +135,37 @@ def pair_balance_observe(grads, state):
             else:
                 largest = add_signed_difference(row, first, grads[i, j], eps)
             peaks[r] = max(peaks[r], largest)  # s_r's largest ||s||_inf so far
-            place_pair(i, t, eps, n, order, next_order, left, right)
+            signs[i * n + t // 2] = eps > 0.0
     state[OBSERVED] = start + b
     return b
+
+
+@njit(cache=True, error_model="numpy")
+def place_by_signs(order, signs, pairs, next_order):
+    """The next order (m, n) from the epoch's order and its signs: row by row, +1 examples from
+    the left in arrival order and -1 examples from the right, so in reverse arrival order (the
+    two-pointer reorder of ../shared/docs/algorithms.md). With ``pairs`` signs[i, k] is pair k's,
+    (order[i, 2k], order[i, 2k + 1]): the example it sends left takes place k, the other place
+    n - 1 - k, and with n odd the last example, unpaired, takes the middle one."""
+    m, n = order.shape
+    for i in range(m):
+        if pairs:
+            for k in range(n // 2):
+                earlier, later = order[i, 2 * k], order[i, 2 * k + 1]
+                to_left = earlier if signs[i, k] else later
+                next_order[i, k] = to_left
+                next_order[i, n - 1 - k] = earlier + later - to_left
+            if n % 2:
+                next_order[i, n // 2] = order[i, n - 1]
+        else:
+            left, right = 0, n - 1
+            for t in range(n):
+                if signs[i, t]:
+                    next_order[i, left] = order[i, t]
+                    left += 1
+                else:
+                    next_order[i, right] = order[i, t]
+                    right -= 1
 
 
 class BalancingState(StateBuffer):
@@ -181,8 +186,9 @@ class BalancingState(StateBuffer):
         m, n, d, rows = self.workers, self.examples, self.dim, self.sum_rows
         return {**super()._state_layout(),
                 "next_order": (NEXT_ORDER, np.int64, (m, n)),
-                "left": (LEFT, np.int64, (m,)),
-                "right": (RIGHT, np.int64, (m,)),
+                # 1 for +1: row i's example at visit position t (mean balance) or its pair
+                # (t, t + 1) = (2k, 2k + 1) at [i, k] (pair balance)
+                "signs": (SIGNS, np.uint8, (m, n)),
                 "walk_failures": (WALK_FAILURES, np.int64, (m,)),
                 "running_sum": (RUNNING_SUM, np.float64, (rows, d)),
                 "peaks": (PEAKS, np.float64, (rows,)),  # per row, the largest ||s||_inf so far
@@ -192,14 +198,13 @@ class BalancingState(StateBuffer):
     def _begin_balance(self) -> None:
         self._load_epoch_order()
         self.running_sum[:] = 0.0
-        self.left[:] = 0
-        self.right[:] = self.examples - 1
         self.peaks[:] = 0.0
         self.walk_failures[:] = 0
         if self.sign == "walk":
             self.uniforms[...] = self.walk_uniforms()
 
     def _finish_balance(self) -> np.ndarray:
+        place_by_signs(self.epoch_order, self.signs, self.kernel is pair_balance_observe, self.next_order)
         return self.next_order.copy()
 
     @property

@@ -1,7 +1,7 @@
 """One flat state buffer per gradient-observing orderer, and the fast observe() it allows.
 
-An orderer that needs the gradients keeps its whole state in one int64 buffer; its float arrays
-are read through a float64 view of the same memory. Its kernel takes just (grads, state) and can
+An orderer that needs the gradients keeps its whole state in one int64 buffer; its float and
+byte arrays are read through float64 and uint8 views of the same memory. Its kernel takes just (grads, state) and can
 be called from Python (``observe``) or from other jitted code (the MPI backend's epoch loop).
 Numba's dispatch costs about 50 ns per argument: with the fifteen separate arrays and options the
 balancing kernels used to take, dispatch cost more than the balancing itself when a call carries
@@ -38,9 +38,9 @@ SLOTS_PER_LINE = aligned.CACHE_LINE // 8
 
 @njit(inline="always", error_model="numpy")
 def block(buffer, slot, state, length):
-    """The array that starts at state[slot], as a 1-d slice of ``buffer`` (the state or its
-    float64 view)."""
-    start = state[slot]
+    """The array that starts at state[slot] (a slot index), as a 1-d slice of ``buffer``: the
+    state or its float64 or uint8 view."""
+    start = state[slot] * (8 // buffer.itemsize)
     return buffer[start:start + length]
 
 
@@ -63,7 +63,7 @@ class StateBuffer:
     header_slots = FIRST_OWN_SLOT
 
     def _state_layout(self) -> dict[str, tuple[int, type, tuple[int, ...]]]:
-        """name -> (header slot of its start, np.int64 or np.float64, shape)."""
+        """name -> (header slot of its start, np.int64, np.float64 or np.uint8, shape)."""
         return {"epoch_order": (ORDER, np.int64, (self.workers, self.examples))}
 
     def _allocate_state(self) -> None:
@@ -71,9 +71,9 @@ class StateBuffer:
         # straddle two lines (ordersim/aligned.py).
         layout = self._state_layout()
         starts, end = {}, self.header_slots
-        for slot, _, shape in layout.values():
+        for slot, dtype, shape in layout.values():
             starts[slot] = -(-end // SLOTS_PER_LINE) * SLOTS_PER_LINE
-            end = starts[slot] + int(np.prod(shape))
+            end = starts[slot] + -(-int(np.prod(shape)) * np.dtype(dtype).itemsize // 8)
         self.state = aligned.zeros(end, dtype=np.int64)
         for slot, start in starts.items():
             self.state[slot] = start
@@ -81,10 +81,9 @@ class StateBuffer:
         self._bind_views()
 
     def _bind_views(self) -> None:
-        floats = self.state.view(np.float64)
         for name, (slot, dtype, shape) in self._state_layout().items():
-            buffer = floats if dtype is np.float64 else self.state
-            start = int(self.state[slot])
+            buffer = self.state.view(dtype)
+            start = int(self.state[slot]) * (8 // buffer.itemsize)
             setattr(self, name, buffer[start:start + int(np.prod(shape))].reshape(shape))
 
     # Views do not survive pickling (checkpoints) as views: keep the buffer, rebuild the views.
