@@ -19,8 +19,9 @@ any order.
 Why vector code: Numba's scalar form of the dot product (4, 8 or 16 partial sums) stays in scalar
 registers, and at d = 128 it then cost more than the rest of a balancing step; the running
 maximum, written as a loop, cannot be vectorized by LLVM without fast-math (docs/performance.md).
-Vectors are <8 x double>: one AVX-512 register, two AVX2 ones. Under NUMBA_DISABLE_JIT the same
-operations run as plain Python.
+Vectors are <8 x double> (one AVX-512 register, two AVX2 ones) in mean balance and <4 x double>
+in the pair walk (WIDE, NARROW below). Under NUMBA_DISABLE_JIT the same operations run as plain
+Python.
 """
 
 from llvmlite import ir
@@ -29,16 +30,22 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 LANES = 16
-WIDTH = 8  # doubles per vector
+# Doubles per vector: 8 (one AVX-512 register) where the rows are independent (mean balance);
+# 4 in the pair walk, a chain of dependent passes whose 512-bit multiplies slowed the steps run
+# between its calls by more than they saved (docs/performance.md).
+WIDE, NARROW = 8, 4
 _I32 = ir.IntType(32)
 _DOUBLE = ir.DoubleType()
-_VECTOR = ir.VectorType(_DOUBLE, WIDTH)
 
 
-def _vector_at(builder, address, offset):
-    """Pointer to the vector of doubles starting at double `offset` after `address`."""
+def _vector_type(width):
+    return ir.VectorType(_DOUBLE, width)
+
+
+def _vector_at(builder, address, offset, width):
+    """Pointer to the vector of `width` doubles starting at double `offset` after `address`."""
     element = builder.gep(builder.inttoptr(address, _DOUBLE.as_pointer()), [offset])
-    return builder.bitcast(element, _VECTOR.as_pointer())
+    return builder.bitcast(element, _vector_type(width).as_pointer())
 
 
 def _half(builder, vector, upper):
@@ -47,59 +54,60 @@ def _half(builder, vector, upper):
     return builder.shuffle_vector(vector, vector, lanes)
 
 
-def _splat(builder, value):
-    """A vector of WIDTH copies of the double `value`."""
-    lanes = builder.insert_element(ir.Constant(_VECTOR, ir.Undefined), value, ir.Constant(_I32, 0))
-    return builder.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(_I32, WIDTH), [0] * WIDTH))
+def _splat(builder, value, width):
+    """A vector of `width` copies of the double `value`."""
+    lanes = builder.insert_element(ir.Constant(_vector_type(width), ir.Undefined), value, ir.Constant(_I32, 0))
+    return builder.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(_I32, width), [0] * width))
 
 
-def _zero_vector(builder):
+def _zero_vector(builder, width):
     """A vector variable, on the stack, starting at zero."""
-    return cgutils.alloca_once_value(builder, ir.Constant(_VECTOR, [0.0] * WIDTH))
+    return cgutils.alloca_once_value(builder, ir.Constant(_vector_type(width), [0.0] * width))
 
 
 def _add_lanes(builder, accumulators):
     """The 16 lanes of the accumulator vectors (lanes 0-7 and 8-15, or four of 4) added in the
     module's order."""
     vectors = [builder.load(accumulator) for accumulator in accumulators]
-    if WIDTH == 8:
+    if len(vectors) == 2:
         vectors = [_half(builder, vector, upper) for vector in vectors for upper in (False, True)]
     v = builder.fadd(builder.fadd(vectors[0], vectors[1]), builder.fadd(vectors[2], vectors[3]))
     lane = [builder.extract_element(v, ir.Constant(_I32, i)) for i in range(4)]
     return builder.fadd(builder.fadd(lane[0], lane[1]), builder.fadd(lane[2], lane[3]))
 
 
-def _largest_lane(builder, largest):
+def _largest_lane(builder, largest, width):
     """The largest lane of the vector variable `largest` (all lanes >= 0)."""
     vector = builder.load(largest)
     result = builder.extract_element(vector, ir.Constant(_I32, 0))
-    for i in range(1, WIDTH):
+    for i in range(1, width):
         lane = builder.extract_element(vector, ir.Constant(_I32, i))
         result = builder.select(builder.fcmp_ordered(">", lane, result), lane, result)
     return result
 
 
-def _accumulate_dot(builder, accumulator, s_value, a, b, offset):
+def _accumulate_dot(builder, accumulator, s_value, a, b, offset, width):
     """accumulator += s_value (a - b) for the vector of a and b at `offset`."""
-    difference = builder.fsub(builder.load(_vector_at(builder, a, offset), align=8),
-                              builder.load(_vector_at(builder, b, offset), align=8))
+    difference = builder.fsub(builder.load(_vector_at(builder, a, offset, width), align=8),
+                              builder.load(_vector_at(builder, b, offset, width), align=8))
     builder.store(builder.fadd(builder.load(accumulator), builder.fmul(s_value, difference)), accumulator)
 
 
-def _update_vector(builder, s, a, b, eps_vector, offset, largest, sums=None):
+def _update_vector(builder, s, a, b, eps_vector, offset, largest, width, sums=None):
     """s += eps (a - b) for the vector at `offset`, its largest |s_k| into the vector variable
     `largest` and, with `sums`, sums += a; returns the new vector of s."""
-    fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VECTOR, [_VECTOR]),
-                                          f"llvm.fabs.v{WIDTH}f64")
-    s_here = _vector_at(builder, s, offset)
-    a_value = builder.load(_vector_at(builder, a, offset), align=8)
-    difference = builder.fsub(a_value, builder.load(_vector_at(builder, b, offset), align=8))
+    vector = _vector_type(width)
+    fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector]),
+                                          f"llvm.fabs.v{width}f64")
+    s_here = _vector_at(builder, s, offset, width)
+    a_value = builder.load(_vector_at(builder, a, offset, width), align=8)
+    difference = builder.fsub(a_value, builder.load(_vector_at(builder, b, offset, width), align=8))
     value = builder.fadd(builder.load(s_here, align=8), builder.fmul(eps_vector, difference))
     builder.store(value, s_here, align=8)
     magnitude, so_far = builder.call(fabs, [value]), builder.load(largest)
     builder.store(builder.select(builder.fcmp_ordered(">", magnitude, so_far), magnitude, so_far), largest)
     if sums is not None:
-        sums_here = _vector_at(builder, sums, offset)
+        sums_here = _vector_at(builder, sums, offset, width)
         builder.store(builder.fadd(builder.load(sums_here, align=8), a_value), sums_here, align=8)
     return value
 
@@ -109,60 +117,63 @@ def _lane_sums(typingctx, s_address, a_address, b_address, blocks):
     """The 16-lane part of <s, a - b> over `blocks` blocks of 16 doubles at the three addresses."""
     def codegen(context, builder, signature, args):
         s, a, b, count = args
-        accumulators = [_zero_vector(builder) for _ in range(LANES // WIDTH)]  # lanes 0-7, 8-15
+        accumulators = [_zero_vector(builder, NARROW) for _ in range(LANES // NARROW)]
         with cgutils.for_range(builder, count) as loop:
             base = builder.mul(loop.index, ir.Constant(loop.index.type, LANES))
             for q, accumulator in enumerate(accumulators):
-                offset = builder.add(base, ir.Constant(base.type, q * WIDTH))
-                s_value = builder.load(_vector_at(builder, s, offset), align=8)
-                _accumulate_dot(builder, accumulator, s_value, a, b, offset)
+                offset = builder.add(base, ir.Constant(base.type, q * NARROW))
+                s_value = builder.load(_vector_at(builder, s, offset, NARROW), align=8)
+                _accumulate_dot(builder, accumulator, s_value, a, b, offset, NARROW)
         return _add_lanes(builder, accumulators)
 
     return types.float64(s_address, a_address, b_address, blocks), codegen
 
 
-def _signed_update_codegen(accumulate):
-    """Code of s += eps (a - b) over `count` blocks of WIDTH doubles, returning the largest |s_k|
-    of them; with ``accumulate`` also sums += a (GraB's epoch sum of the gradients, same pass)."""
+def _signed_update_codegen(accumulate, width):
+    """Code of s += eps (a - b) over `count` blocks of `width` doubles, returning the largest
+    |s_k| of them; with ``accumulate`` also sums += a (GraB's epoch sum of the gradients, same
+    pass)."""
     def codegen(context, builder, signature, args):
         s, a, b, eps, count = args[:5]
-        eps_vector, largest = _splat(builder, eps), _zero_vector(builder)
+        eps_vector, largest = _splat(builder, eps, width), _zero_vector(builder, width)
         with cgutils.for_range(builder, count) as loop:
-            offset = builder.mul(loop.index, ir.Constant(loop.index.type, WIDTH))
-            _update_vector(builder, s, a, b, eps_vector, offset, largest, args[5] if accumulate else None)
-        return _largest_lane(builder, largest)
+            offset = builder.mul(loop.index, ir.Constant(loop.index.type, width))
+            _update_vector(builder, s, a, b, eps_vector, offset, largest, width,
+                           args[5] if accumulate else None)
+        return _largest_lane(builder, largest, width)
     return codegen
 
 
 @intrinsic
 def _add_signed_blocks(typingctx, s_address, a_address, b_address, eps, blocks):
-    """s += eps (a - b) over `blocks` blocks of WIDTH doubles; returns the largest |s_k| of them."""
-    return types.float64(s_address, a_address, b_address, eps, blocks), _signed_update_codegen(False)
+    """s += eps (a - b) over `blocks` blocks of NARROW doubles; returns the largest |s_k| of them."""
+    return types.float64(s_address, a_address, b_address, eps, blocks), _signed_update_codegen(False, NARROW)
 
 
 @intrinsic
 def _add_signed_blocks_and_sum(typingctx, s_address, a_address, b_address, eps, blocks, sums_address):
-    """_add_signed_blocks, and sums += a over the same blocks."""
+    """s += eps (a - b) and sums += a over `blocks` blocks of WIDE doubles; returns the largest
+    |s_k| of them."""
     return (types.float64(s_address, a_address, b_address, eps, blocks, sums_address),
-            _signed_update_codegen(True))
+            _signed_update_codegen(True, WIDE))
 
 
-def _update_then_dot_codegen(accumulate):
+def _update_then_dot_codegen(accumulate, width):
     """Code of s += eps (a - b) (with ``accumulate`` also sums += a), then the 16-lane part of
-    <s, next_a - next_b> with the new s, in one pass over `count` blocks of 16 doubles; returns
-    (the largest |s_k| of them, the lanes added)."""
+    <s, next_a - next_b> with the new s, in one pass over `count` blocks of 16 doubles in vectors
+    of `width`; returns (the largest |s_k| of them, the lanes added)."""
     def codegen(context, builder, signature, args):
         s, a, b, eps, next_a, next_b, count = args[:7]
-        eps_vector, largest = _splat(builder, eps), _zero_vector(builder)
-        accumulators = [_zero_vector(builder) for _ in range(LANES // WIDTH)]
+        eps_vector, largest = _splat(builder, eps, width), _zero_vector(builder, width)
+        accumulators = [_zero_vector(builder, width) for _ in range(LANES // width)]
         with cgutils.for_range(builder, count) as loop:
             base = builder.mul(loop.index, ir.Constant(loop.index.type, LANES))
             for q, accumulator in enumerate(accumulators):
-                offset = builder.add(base, ir.Constant(base.type, q * WIDTH))
-                value = _update_vector(builder, s, a, b, eps_vector, offset, largest,
+                offset = builder.add(base, ir.Constant(base.type, q * width))
+                value = _update_vector(builder, s, a, b, eps_vector, offset, largest, width,
                                        args[7] if accumulate else None)
-                _accumulate_dot(builder, accumulator, value, next_a, next_b, offset)
-        result = (_largest_lane(builder, largest), _add_lanes(builder, accumulators))
+                _accumulate_dot(builder, accumulator, value, next_a, next_b, offset, width)
+        result = (_largest_lane(builder, largest, width), _add_lanes(builder, accumulators))
         return context.make_tuple(builder, signature.return_type, result)
     return codegen
 
@@ -173,7 +184,7 @@ def _add_signed_blocks_then_lane_sums(typingctx, s_address, a_address, b_address
     """s += eps (a - b), then the 16-lane part of <s, next_a - next_b> on the new s, over `blocks`
     blocks of 16 doubles in one pass; returns (the largest |s_k| of them, the lanes added)."""
     return (types.UniTuple(types.float64, 2)(s_address, a_address, b_address, eps, next_a_address,
-                                             next_b_address, blocks), _update_then_dot_codegen(False))
+                                             next_b_address, blocks), _update_then_dot_codegen(False, NARROW))
 
 
 @intrinsic
@@ -182,7 +193,7 @@ def _add_signed_blocks_and_sum_then_lane_sums(typingctx, s_address, a_address, b
     """_add_signed_blocks_then_lane_sums, and sums += a in the same pass."""
     return (types.UniTuple(types.float64, 2)(s_address, a_address, b_address, eps, next_a_address,
                                              next_b_address, blocks, sums_address),
-            _update_then_dot_codegen(True))
+            _update_then_dot_codegen(True, WIDE))
 
 
 if config.DISABLE_JIT:
@@ -235,8 +246,8 @@ else:
     def add_signed_difference(s, a, b, eps):
         """s += eps (a - b); returns max_k |s_k| afterwards. s, a and b contiguous, of one length."""
         d = s.shape[0]
-        largest = _add_signed_blocks(s.ctypes.data, a.ctypes.data, b.ctypes.data, eps, d // WIDTH)
-        for k in range(d // WIDTH * WIDTH, d):
+        largest = _add_signed_blocks(s.ctypes.data, a.ctypes.data, b.ctypes.data, eps, d // NARROW)
+        for k in range(d // NARROW * NARROW, d):
             value = s[k] + eps * (a[k] - b[k])
             s[k] = value
             largest = max(largest, abs(value))
@@ -247,8 +258,8 @@ else:
         """add_signed_difference(s, a, b, eps), and sums += a in the same pass (all of one length)."""
         d = s.shape[0]
         largest = _add_signed_blocks_and_sum(s.ctypes.data, a.ctypes.data, b.ctypes.data, eps,
-                                             d // WIDTH, sums.ctypes.data)
-        for k in range(d // WIDTH * WIDTH, d):
+                                             d // WIDE, sums.ctypes.data)
+        for k in range(d // WIDE * WIDE, d):
             value = s[k] + eps * (a[k] - b[k])
             s[k] = value
             largest = max(largest, abs(value))
