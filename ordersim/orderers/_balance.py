@@ -54,7 +54,8 @@ def mean_balance_observe(grads, state):
 
     grads (m, b, d) holds visit positions start..start+b-1 of each row; the sign of row i's example
     at position t goes to signs[i, t] (place_by_signs: +1 examples fill the row of the next order
-    from the left in arrival order, -1 examples from the right). The extra arrays are the previous epoch's means and this epoch's sums, (m, d) each.
+    from the left in arrival order, -1 examples from the right). The extra arrays are the previous
+    epoch's means and this epoch's sums, (m, d) each.
     Rows are independent, so they are walked one at a time and each row's state stays in cache for
     its b examples. Returns b, or -1 if grads do not fit (nothing is changed then).
     """
@@ -62,7 +63,8 @@ def mean_balance_observe(grads, state):
         return -1
     m, b, d = grads.shape
     n, start, floats = state[N], state[OBSERVED], state.view(np.float64)
-    signs, walk_failures = block(state.view(np.uint8), SIGNS, state, m * n), block(state, WALK_FAILURES, state, m)
+    signs = block(state.view(np.uint8), SIGNS, state, m * n)
+    walk_failures = block(state, WALK_FAILURES, state, m)
     s, peaks = block(floats, RUNNING_SUM, state, m * d), block(floats, PEAKS, state, m)
     u, extra = block(floats, UNIFORMS, state, m * n), block(floats, EXTRA, state, 2 * m * d)
     mode, tie_plus, walk_c = state[MODE], state[TIE_PLUS] != 0, floats[WALK_C]
@@ -102,7 +104,8 @@ def pair_balance_observe(grads, state):
         return -1
     m, b, d = grads.shape
     n, rows, start, floats = state[N], state[ROWS], state[OBSERVED], state.view(np.float64)
-    signs, walk_failures = block(state.view(np.uint8), SIGNS, state, m * n), block(state, WALK_FAILURES, state, m)
+    signs = block(state.view(np.uint8), SIGNS, state, m * n)
+    walk_failures = block(state, WALK_FAILURES, state, m)
     s, peaks = block(floats, RUNNING_SUM, state, rows * d), block(floats, PEAKS, state, rows)
     u, pending = block(floats, UNIFORMS, state, m * n), block(floats, EXTRA, state, m * d)
     mode, tie_plus, walk_c = state[MODE], state[TIE_PLUS] != 0, floats[WALK_C]
@@ -110,7 +113,8 @@ def pair_balance_observe(grads, state):
     for j in range(b):
         t = start + j
         if t % 2 == 0:
-            if j == b - 1 and t < n - 1:  # the partner comes in a later call: copy, the buffer may be reused
+            if j == b - 1 and t < n - 1:  # the partner comes in a later call: keep a copy (the
+                # caller may reuse its buffer)
                 for i in range(m):
                     for k in range(d):
                         pending[i * d + k] = grads[i, j, k]

@@ -1,8 +1,9 @@
 """One flat state buffer per gradient-observing orderer, and the fast observe() it allows.
 
 An orderer that needs the gradients keeps its whole state in one int64 buffer; its float and
-byte arrays are read through float64 and uint8 views of the same memory. Its kernel takes just (grads, state) and can
-be called from Python (``observe``) or from other jitted code (the MPI backend's epoch loop).
+byte arrays are read through float64 and uint8 views of the same memory. Its kernel takes just
+(grads, state) and can be called from Python (``observe``) or from other jitted code (the MPI
+backend's epoch loop).
 Numba's dispatch costs about 50 ns per argument: with the fifteen separate arrays and options the
 balancing kernels used to take, dispatch cost more than the balancing itself when a call carries
 one example.

@@ -56,7 +56,8 @@ def _half(builder, vector, upper):
 
 def _splat(builder, value, width):
     """A vector of `width` copies of the double `value`."""
-    lanes = builder.insert_element(ir.Constant(_vector_type(width), ir.Undefined), value, ir.Constant(_I32, 0))
+    undefined = ir.Constant(_vector_type(width), ir.Undefined)
+    lanes = builder.insert_element(undefined, value, ir.Constant(_I32, 0))
     return builder.shuffle_vector(lanes, lanes, ir.Constant(ir.VectorType(_I32, width), [0] * width))
 
 
