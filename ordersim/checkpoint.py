@@ -20,6 +20,11 @@ import ordersim
 
 EXIT_CHECKPOINTED = 3
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+# What a checkpoint pickles has this shape; a checkpoint of another one is refused on --resume
+# (its orderer buffers would be read with the wrong layout). Bump it with any change to an
+# orderer's state layout or to Run.state(). 2: the balancing orderers record signs (no left/right
+# pointers) and every state array starts on a cache line. Checkpoints without one are 1.
+FORMAT = 2
 
 
 class StopRequest:
@@ -44,7 +49,7 @@ def checkpoint_path(out: str) -> str:
 
 def save(path: str, state: dict) -> None:
     """Write state atomically: a temporary file, fsync, then rename over the previous checkpoint."""
-    state = dict(state, ordersim_version=ordersim.__version__)
+    state = dict(state, ordersim_version=ordersim.__version__, format=FORMAT)
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with open(tmp, "wb") as fh:

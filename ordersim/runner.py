@@ -9,6 +9,7 @@ import time
 
 from ordersim.backend import MPIBackend, SerialBackend, abort_on_exception, world
 from ordersim.checkpoint import EXIT_CHECKPOINTED, StopRequest, checkpoint_path
+from ordersim.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from ordersim.checkpoint import load as load_checkpoint
 from ordersim.cli import commands_help
 from ordersim.config import ConfigError, add_arguments, build_config, overrides_from_args
@@ -156,6 +157,10 @@ def read_checkpoint(out: str, config, size: int) -> tuple[dict | None, str | Non
         state = load_checkpoint(path)
     except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError) as err:
         return None, f"--resume: checkpoint {path!r} is unreadable ({err}); delete it to start over"
+    written = state.get("format", 1)
+    if written != CHECKPOINT_FORMAT:
+        return None, (f"--resume: checkpoint {path!r} has format {written}, this ordersim reads format "
+                      f"{CHECKPOINT_FORMAT} (written by another version); delete it to start over")
     differ = config_differences(state["config"], config)
     if differ:
         saved, current = json.loads(state["config"]), json.loads(config.to_json())

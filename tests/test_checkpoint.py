@@ -135,3 +135,21 @@ def test_resume_from_an_unreadable_checkpoint_says_so(tmp_path):
     result = run_serial([*ARGS, "--resume", "--out", str(out)])
     assert result.returncode == 2
     assert "unreadable" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_resume_refuses_a_checkpoint_of_another_format(tmp_path):
+    """A checkpoint from a version whose pickled state has another shape (here: the format before
+    the key existed) is refused with one line, before any compute."""
+    out = tmp_path / "a.h5"
+    command = [sys.executable, "-m", "ordersim", *ARGS, "--out", str(out)]
+    code, err = stop_after(command, "epoch   2/", signal.SIGUSR1)
+    assert code == checkpoint.EXIT_CHECKPOINTED, err
+    path = checkpoint.checkpoint_path(str(out))
+    state = checkpoint.load(path)
+    assert state["format"] == checkpoint.FORMAT
+    del state["format"]
+    with open(path, "wb") as fh:
+        pickle.dump(state, fh)
+    result = run_serial([*ARGS, "--resume", "--out", str(out)])
+    assert result.returncode == 2
+    assert "format 1" in result.stderr and len(result.stderr.strip().splitlines()) == 1
