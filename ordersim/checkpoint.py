@@ -22,8 +22,9 @@ EXIT_CHECKPOINTED = 3
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 # What a checkpoint pickles has this shape; a checkpoint of another one is refused on --resume
 # (its orderer buffers would be read with the wrong layout). Bump it with any change to an
-# orderer's state layout or to Run.state(). 2: the balancing orderers record signs (no left/right
-# pointers) and every state array starts on a cache line. Checkpoints without one are 1.
+# orderer's state layout or to Run.state(). 2: the balancing orderers record signs (no next order
+# or left/right pointers in their state) and every state array starts on a cache line.
+# Checkpoints without one are 1.
 FORMAT = 2
 
 

@@ -30,8 +30,7 @@ SIGN_WALK = 1
 # The balancing orderers' header slots: running-sum rows, sign options (walk_c stored as a
 # float64), then where each of their arrays starts.
 ROWS, MODE, TIE_PLUS, WALK_C = range(FIRST_OWN_SLOT, FIRST_OWN_SLOT + 4)
-NEXT_ORDER, SIGNS, WALK_FAILURES, RUNNING_SUM, PEAKS, UNIFORMS, EXTRA = range(
-    FIRST_OWN_SLOT + 4, FIRST_OWN_SLOT + 11)
+SIGNS, WALK_FAILURES, RUNNING_SUM, PEAKS, UNIFORMS, EXTRA = range(FIRST_OWN_SLOT + 4, FIRST_OWN_SLOT + 10)
 
 
 @njit(inline="always", error_model="numpy")
@@ -189,7 +188,6 @@ class BalancingState(StateBuffer):
     def _state_layout(self):
         m, n, d, rows = self.workers, self.examples, self.dim, self.sum_rows
         return {**super()._state_layout(),
-                "next_order": (NEXT_ORDER, np.int64, (m, n)),
                 # 1 for +1: row i's example at visit position t (mean balance) or its pair
                 # (t, t + 1) = (2k, 2k + 1) at [i, k] (pair balance)
                 "signs": (SIGNS, np.uint8, (m, n)),
@@ -208,8 +206,9 @@ class BalancingState(StateBuffer):
             self.uniforms[...] = self.walk_uniforms()
 
     def _finish_balance(self) -> np.ndarray:
-        place_by_signs(self.epoch_order, self.signs, self.kernel is pair_balance_observe, self.next_order)
-        return self.next_order.copy()
+        next_order = np.empty_like(self.epoch_order)
+        place_by_signs(self.epoch_order, self.signs, self.kernel is pair_balance_observe, next_order)
+        return next_order
 
     @property
     def balance_discrepancy(self) -> float:
