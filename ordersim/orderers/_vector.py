@@ -234,70 +234,69 @@ if config.DISABLE_JIT:
         next_b) (plain Python)."""
         return add_signed_difference_and_sum(s, a, b, eps, sums), dot_with_difference(s, next_a, next_b)
 else:
+    # The vector intrinsics cover the first whole blocks of each row; these finish its tail one
+    # coordinate at a time, with the same operations.
     @njit(inline="always", error_model="numpy")
-    def dot_with_difference(s, a, b):
-        """<s, a - b> with the module's association; s, a and b contiguous, of one length."""
-        d = s.shape[0]
-        total = _lane_sums(s.ctypes.data, a.ctypes.data, b.ctypes.data, d // LANES)
-        for k in range(d // LANES * LANES, d):
+    def _dot_tail(s, a, b, start, total):
+        for k in range(start, s.shape[0]):
             total += s[k] * (a[k] - b[k])
         return total
 
     @njit(inline="always", error_model="numpy")
-    def add_signed_difference(s, a, b, eps):
-        """s += eps (a - b); returns max_k |s_k| afterwards. s, a and b contiguous, of one length."""
-        d = s.shape[0]
-        largest = _add_signed_blocks(s.ctypes.data, a.ctypes.data, b.ctypes.data, eps, d // NARROW)
-        for k in range(d // NARROW * NARROW, d):
+    def _signed_tail(s, a, b, eps, start, largest):
+        for k in range(start, s.shape[0]):
             value = s[k] + eps * (a[k] - b[k])
             s[k] = value
             largest = max(largest, abs(value))
         return largest
 
     @njit(inline="always", error_model="numpy")
+    def _sum_tail(sums, a, start):
+        for k in range(start, sums.shape[0]):
+            sums[k] += a[k]
+
+    @njit(inline="always", error_model="numpy")
+    def dot_with_difference(s, a, b):
+        """<s, a - b> with the module's association; s, a and b contiguous, of one length."""
+        whole = s.shape[0] // LANES
+        return _dot_tail(s, a, b, whole * LANES,
+                         _lane_sums(s.ctypes.data, a.ctypes.data, b.ctypes.data, whole))
+
+    @njit(inline="always", error_model="numpy")
+    def add_signed_difference(s, a, b, eps):
+        """s += eps (a - b); returns max_k |s_k| afterwards. s, a and b contiguous, of one length."""
+        whole = s.shape[0] // NARROW
+        largest = _add_signed_blocks(s.ctypes.data, a.ctypes.data, b.ctypes.data, eps, whole)
+        return _signed_tail(s, a, b, eps, whole * NARROW, largest)
+
+    @njit(inline="always", error_model="numpy")
     def add_signed_difference_and_sum(s, a, b, eps, sums):
         """add_signed_difference(s, a, b, eps), and sums += a in the same pass (all of one length)."""
-        d = s.shape[0]
-        largest = _add_signed_blocks_and_sum(s.ctypes.data, a.ctypes.data, b.ctypes.data, eps,
-                                             d // WIDE, sums.ctypes.data)
-        for k in range(d // WIDE * WIDE, d):
-            value = s[k] + eps * (a[k] - b[k])
-            s[k] = value
-            largest = max(largest, abs(value))
-            sums[k] += a[k]
-        return largest
+        whole = s.shape[0] // WIDE
+        largest = _add_signed_blocks_and_sum(s.ctypes.data, a.ctypes.data, b.ctypes.data, eps, whole,
+                                             sums.ctypes.data)
+        _sum_tail(sums, a, whole * WIDE)
+        return _signed_tail(s, a, b, eps, whole * WIDE, largest)
 
     @njit(inline="always", error_model="numpy")
     def add_signed_difference_then_dot(s, a, b, eps, next_a, next_b):
         """add_signed_difference(s, a, b, eps), then dot_with_difference(s, next_a, next_b), in
         one pass over s (the walk's next dot product starts on the new s while it is in
         registers); returns (max_k |s_k|, the dot product). All contiguous, of one length."""
-        d = s.shape[0]
-        whole = d // LANES * LANES
+        whole = s.shape[0] // LANES
         largest, total = _add_signed_blocks_then_lane_sums(s.ctypes.data, a.ctypes.data, b.ctypes.data, eps,
-                                                           next_a.ctypes.data, next_b.ctypes.data, d // LANES)
-        for k in range(whole, d):
-            value = s[k] + eps * (a[k] - b[k])
-            s[k] = value
-            largest = max(largest, abs(value))
-        for k in range(whole, d):
-            total += s[k] * (next_a[k] - next_b[k])
-        return largest, total
+                                                           next_a.ctypes.data, next_b.ctypes.data, whole)
+        largest = _signed_tail(s, a, b, eps, whole * LANES, largest)
+        return largest, _dot_tail(s, next_a, next_b, whole * LANES, total)
 
     @njit(inline="always", error_model="numpy")
     def add_signed_difference_and_sum_then_dot(s, a, b, eps, sums, next_a, next_b):
         """add_signed_difference_and_sum(s, a, b, eps, sums), then dot_with_difference(s, next_a,
         next_b), in one pass over s; returns (max_k |s_k|, the dot product)."""
-        d = s.shape[0]
-        whole = d // LANES * LANES
+        whole = s.shape[0] // LANES
         largest, total = _add_signed_blocks_and_sum_then_lane_sums(
             s.ctypes.data, a.ctypes.data, b.ctypes.data, eps, next_a.ctypes.data, next_b.ctypes.data,
-            d // LANES, sums.ctypes.data)
-        for k in range(whole, d):
-            value = s[k] + eps * (a[k] - b[k])
-            s[k] = value
-            largest = max(largest, abs(value))
-            sums[k] += a[k]
-        for k in range(whole, d):
-            total += s[k] * (next_a[k] - next_b[k])
-        return largest, total
+            whole, sums.ctypes.data)
+        _sum_tail(sums, a, whole * LANES)
+        largest = _signed_tail(s, a, b, eps, whole * LANES, largest)
+        return largest, _dot_tail(s, next_a, next_b, whole * LANES, total)
