@@ -1,9 +1,9 @@
 """Arrays whose data start on a cache line (64 bytes).
 
-NumPy aligns an array's data to 16 bytes. The hot loops read and write rows of 8-double vectors
-(the balancing kernels' <8 x double> code, the problems' gradient loops): a row that starts 16
-bytes into a cache line splits every such access over two lines, and a data row of A touches 17
-lines instead of 16. In alternating runs of the serial benchmark (docs/performance.md) aligning
+NumPy aligns an array's data to 16 bytes. The hot loops read and write rows a vector at a time
+(the balancing kernels' vector code, the problems' gradient loops): a row that starts 16 bytes
+into a cache line splits many such accesses over two lines, and a data row of A touches 17 lines
+instead of 16. In alternating runs of the serial benchmark (docs/performance.md) aligning
 the data, the gradient buffers and the orderers' state took cd-grab's epoch from 1.20-1.28 to
 1.18-1.21 x rr's and d-grab's from 1.32-1.41 to 1.26-1.28. Alignment changes no value: every
 array holds the same numbers at the same indices.
