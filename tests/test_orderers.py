@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ordersim.orderers import available_orderers, make_orderer, orderer_class
-from reference.orderers import REFERENCES, drive, herding, herding_reorder, lane_dot
+from reference.orderers import REFERENCES, drive, drive_pair_differences, herding, herding_reorder, lane_dot
 
 ROOT = Path(__file__).resolve().parents[1]
 ORDERERS = sorted(available_orderers())
@@ -72,7 +72,7 @@ def assert_valid_orders(name, orders, n):
 
 def test_dot_with_difference_sums_as_the_reference():
     """The vector kernel must give lane_dot's bits: the sign decisions of the references depend
-    on them (its plain-Python form: test_kernels_run_without_jit, d = 37)."""
+    on them (its plain-Python form: test_kernels_run_without_jit, d = 37); b = None is <s, a>."""
     from numba import njit
 
     from ordersim.orderers._vector import dot_with_difference
@@ -83,6 +83,7 @@ def test_dot_with_difference_sums_as_the_reference():
         s, a, b = rng.standard_normal((3, d)) * rng.uniform(0.1, 1e3, (3, d))
         want = lane_dot(s, a - b)
         assert dot(s, a, b) == want, d
+        assert dot(s, a - b, None) == want, d
         # the rows of a 3-d array and slices of a flat one, as the kernels pass them
         G = rng.standard_normal((2, 3, d))
         flat = rng.standard_normal(4 * d)
@@ -90,8 +91,9 @@ def test_dot_with_difference_sums_as_the_reference():
 
 
 def test_signed_update_matches_numpy():
-    """s += eps (a - b) in vector code gives NumPy's bits, returns max |s|, and the variant that
-    also sums keeps sums += a; d covers whole vectors, a tail and tails alone."""
+    """s += eps (a - b) in vector code gives NumPy's bits, returns max |s| (also with b = None:
+    s += eps a), and the variant that also sums keeps sums += a; d covers whole vectors, a tail
+    and tails alone."""
     from numba import njit
 
     from ordersim.orderers._vector import add_signed_difference, add_signed_difference_and_sum
@@ -107,6 +109,9 @@ def test_signed_update_matches_numpy():
             assert update(got, a, b, eps) == np.abs(want).max(), (d, eps)
             np.testing.assert_array_equal(got, want, err_msg=f"d={d} eps={eps}")
             got = s.copy()
+            assert update(got, a - b, None, eps) == np.abs(want).max(), (d, eps)
+            np.testing.assert_array_equal(got, want, err_msg=f"d={d} eps={eps} b=None")
+            got = s.copy()
             largest = update_and_sum(got, a, b, eps, got_sums)
             np.testing.assert_array_equal(got, want, err_msg=f"d={d} eps={eps}")
             np.testing.assert_array_equal(got_sums, want_sums, err_msg=f"d={d}")
@@ -115,8 +120,8 @@ def test_signed_update_matches_numpy():
 
 def test_update_then_dot_is_the_update_followed_by_the_dot():
     """The walks' fused pass: s += eps (a - b) with NumPy's bits and max |s| (and sums += a in the
-    variant that sums), then <s, a2 - b2> on the new s with lane_dot's bits; d covers whole
-    16-lane blocks, tails, and tails alone."""
+    variant that sums), then <s, a2 - b2> on the new s with lane_dot's bits, also with b and b2
+    None (the differences given); d covers whole 16-lane blocks, tails, and tails alone."""
     from numba import njit
 
     from ordersim.orderers._vector import add_signed_difference_and_sum_then_dot, add_signed_difference_then_dot
@@ -139,6 +144,10 @@ def test_update_then_dot_is_the_update_followed_by_the_dot():
                 np.testing.assert_array_equal(got, want, err_msg=f"d={d} eps={eps}")
                 assert largest == np.abs(want).max(), (d, eps)
                 assert dot == lane_dot(want, a2 - b2), (d, eps)
+            got = s.copy()
+            largest, dot = fused(got, a - b, None, eps, a2 - b2, None)
+            np.testing.assert_array_equal(got, want, err_msg=f"d={d} eps={eps} b=None")
+            assert largest == np.abs(want).max() and dot == lane_dot(want, a2 - b2), (d, eps)
 
 
 # -- conformance against the references ----------------------------------------------------------
@@ -213,6 +222,30 @@ def test_state_kernel_called_directly_equals_observe(name):
         assert np.array_equal(via_observe.order, direct.order)
 
 
+@pytest.mark.parametrize("name", [name for name in ORDERERS if orderer_class(name).pair_difference_kernel])
+def test_pair_difference_kernel_takes_only_whole_pairs_that_fit(name):
+    """pair_difference_kernel(differences, state) returns the pairs it took, and -1 (changing
+    nothing) outside an epoch, for the wrong shape, more pairs than are left, after half a pair
+    (observe() of one example), and for no pairs before the end of the rows."""
+    m = 1 if is_centralized(name) else 2
+    n, d = 7, 3
+    o = make_orderer(name, m, n, d)
+    kernel = o.pair_difference_kernel
+    assert kernel(np.zeros((m, 1, d)), o.state) == -1, "no epoch is open"
+    o.begin_epoch()
+    assert kernel(np.zeros((m, 0, d)), o.state) == -1 and o.observed == 0, "no pairs, not at the end"
+    assert kernel(np.zeros((m, 4, d)), o.state) == -1, "3 pairs in a row of 7"
+    assert kernel(np.zeros((m + 1, 1, d)), o.state) == -1 and kernel(np.zeros((m, 1, d + 1)), o.state) == -1
+    assert kernel(np.ones((m, 2, d)), o.state) == 2 and o.observed == 4
+    o.observe(np.ones((m, 1, d)))
+    assert kernel(np.ones((m, 1, d)), o.state) == -1 and o.observed == 5, "half a pair observed"
+    o.observe(np.ones((m, 1, d)))
+    assert kernel(np.ones((m, 1, d)), o.state) == -1, "no pair left"
+    assert kernel(np.zeros((m, 0, d)), o.state) == 0 and o.observed == 7, "the unpaired last example"
+    assert kernel(np.zeros((m, 0, d)), o.state) == 0 and o.observed == 7, "nothing more to count"
+    o.end_epoch()
+
+
 @pytest.mark.parametrize("name,shape,options,kind", list(_cases()))
 def test_matches_reference(name, shape, options, kind):
     assert name in REFERENCES, f"{name} has no reference in tests/reference/orderers.py"
@@ -225,11 +258,19 @@ def test_matches_reference(name, shape, options, kind):
     want = REFERENCES[name](m, n, d, seed, grads, stats=want_stats, **options)
     assert_same_orders(got, want, f"{name} m={m} n={n} d={d} b={b} {options} {kind}")
     assert_valid_orders(name, got, n)
+    runs = [got_stats]
+    if orderer_class(name).pair_difference_kernel is not None:  # the serial backend's way in
+        pair_stats = []
+        via_pairs = drive_pair_differences(make_orderer(name, m, n, d, seed=seed, **options), grads, b,
+                                           stats=pair_stats)
+        assert_same_orders(via_pairs, want, f"{name} by pair differences m={m} n={n} d={d} {b} a call")
+        runs.append(pair_stats)
     if is_balancing(name):
-        assert len(got_stats) == len(want_stats) == EPOCHS
-        for epoch, (g, w) in enumerate(zip(got_stats, want_stats)):
-            assert np.array_equal(g["walk_failures"], w["walk_failures"]), f"epoch {epoch}: walk failures"
-            assert np.isclose(g["discrepancy"], w["discrepancy"], rtol=1e-12, atol=0), f"epoch {epoch}"
+        for stats in runs:
+            assert len(stats) == len(want_stats) == EPOCHS
+            for epoch, (g, w) in enumerate(zip(stats, want_stats)):
+                assert np.array_equal(g["walk_failures"], w["walk_failures"]), f"epoch {epoch}: walk failures"
+                assert np.isclose(g["discrepancy"], w["discrepancy"], rtol=1e-12, atol=0), f"epoch {epoch}"
 
 
 @pytest.mark.parametrize("name", ORDERERS)
@@ -584,16 +625,22 @@ def test_walk_is_seeded_and_counts_failures(name):
 NO_JIT_SCRIPT = textwrap.dedent("""
     import numpy as np
     import numba
-    from ordersim.orderers import make_orderer
-    from reference.orderers import REFERENCES, drive
+    from ordersim.orderers import make_orderer, orderer_class
+    from reference.orderers import REFERENCES, drive, drive_pair_differences
     assert numba.config.DISABLE_JIT
     rng = np.random.default_rng(0)
+    checked = []
     for name, m in (("cd-grab", 3), ("d-grab", 2), ("greedy", 2), ("pair-grab", 1), ("d-grab-pair", 2)):
         for n, b, options in ((7, 2, {}), (6, 1, {"sign": "walk", "walk_c": 1.0, "tie": "minus"})):
             grads = [rng.standard_normal((m, n, 37)) for _ in range(3)]  # 16-lane blocks and a tail
-            got = drive(make_orderer(name, m, n, 37, seed=1, **options), grads, b)
             want = REFERENCES[name](m, n, 37, 1, grads, **options)
+            got = drive(make_orderer(name, m, n, 37, seed=1, **options), grads, b)
             assert all(np.array_equal(g, w) for g, w in zip(got, want)), (name, n, b, options)
+            if orderer_class(name).pair_difference_kernel:  # and through pair differences
+                got = drive_pair_differences(make_orderer(name, m, n, 37, seed=1, **options), grads, b)
+                assert all(np.array_equal(g, w) for g, w in zip(got, want)), (name, n, b, options)
+                checked.append(name)
+    assert checked.count("cd-grab") == 2, checked
     print("no-jit ok")
 """)
 

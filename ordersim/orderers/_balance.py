@@ -21,7 +21,7 @@ from numba import njit
 from ordersim.orderers._vector import (add_signed_difference, add_signed_difference_and_sum,
                                        add_signed_difference_and_sum_then_dot, add_signed_difference_then_dot,
                                        dot_with_difference)
-from ordersim.orderers._state import (FIRST_OWN_SLOT, N, OBSERVED, StateBuffer, block, fits,
+from ordersim.orderers._state import (D, FIRST_OWN_SLOT, IN_EPOCH, M, N, OBSERVED, StateBuffer, block, fits,
                                       state_kernel)
 
 SIGN_DETERMINISTIC = 0
@@ -87,21 +87,36 @@ def mean_balance_observe(grads, state):
     return b
 
 
-@state_kernel
-def pair_balance_observe(grads, state):
-    """PairBalance: consecutive visit positions (2k, 2k+1) form a pair, v = g_first - g_second.
+@njit(inline="always", error_model="numpy")
+def gradient_pair(grads, pending, start, i, q):
+    """(a, b) with a - b worker i's q-th pair completed in a call that observes the gradients of
+    visit positions start..: its first gradient is in grads, or kept in pending from the call
+    before."""
+    d, first = grads.shape[2], 2 * (start // 2 + q) - start
+    if first < 0:
+        return pending[i * d:(i + 1) * d], grads[i, first + 1]
+    return grads[i, first], grads[i, first + 1]
+
+
+@njit(inline="always", error_model="numpy")
+def difference_pair(differences, pending, start, i, q):
+    """(v, None): worker i's q-th pair difference of a call that observes them."""
+    return differences[i, q], None
+
+
+@njit(inline="always", error_model="numpy")
+def walk_pairs(vectors, state, pairs, pair_vectors):
+    """PairBalance over `pairs` pairs of every worker, from the pair that visit position
+    state[OBSERVED] completes or belongs to on: pair k is positions (2k, 2k+1), v = g_2k - g_2k+1,
+    and pair_vectors(vectors, pending, start, i, q) gives worker i's q-th as (a, b), v = a - b
+    (b None: v = a; gradient_pair, difference_pair).
 
     The running sum has one row per worker (independent, d-grab-pair) or a single shared row
     (cd-grab), and the pair's workers are visited in worker order inside every pair index, so with
-    a shared row the walk is the coordinated one of CD-GraB. When a pair's first gradient is the
-    last of a call, the extra (m, d) array keeps a copy of it: the caller may overwrite its buffer
-    before the partner arrives. The sign of row i's pair k goes to signs[i, k] (place_by_signs;
-    with n odd the last example has no partner and takes the middle of the next order). Returns
-    b, or -1 if grads do not fit (nothing is changed then).
+    a shared row the walk is the coordinated one of CD-GraB. The sign of row i's pair k goes to
+    signs[i, k] (place_by_signs).
     """
-    if not fits(grads, state):
-        return -1
-    m, b, d = grads.shape
+    m, d = vectors.shape[0], vectors.shape[2]
     n, rows, start, floats = state[N], state[ROWS], state[OBSERVED], state.view(np.float64)
     signs = block(state.view(np.uint8), SIGNS, state, m * n)
     walk_failures = block(state, WALK_FAILURES, state, m)
@@ -109,38 +124,70 @@ def pair_balance_observe(grads, state):
     u, pending = block(floats, UNIFORMS, state, m * n), block(floats, EXTRA, state, m * d)
     mode, tie_plus, walk_c = state[MODE], state[TIE_PLUS] != 0, floats[WALK_C]
     dot_ahead, dot = False, 0.0  # whether the last update already took this pair's <s, v>
-    for j in range(b):
-        t = start + j
-        if t % 2 == 0:
-            if j == b - 1 and t < n - 1:  # the partner comes in a later call: keep a copy (the
-                # caller may reuse its buffer)
-                for i in range(m):
-                    for k in range(d):
-                        pending[i * d + k] = grads[i, j, k]
-            continue
+    for q in range(pairs):
+        k = start // 2 + q
         for i in range(m):
             r = 0 if rows == 1 else i
             row = s[r * d:(r + 1) * d]
-            # the pair's first gradient: in this call's buffer, or kept from the previous call
-            first = grads[i, j - 1] if j > 0 else pending[i * d:(i + 1) * d]
+            a, b = pair_vectors(vectors, pending, start, i, q)
             if not dot_ahead:
-                dot = dot_with_difference(row, first, grads[i, j])
-            eps = choose_sign(i, dot, mode, tie_plus, walk_c, u, i * n + t // 2, walk_failures)
+                dot = dot_with_difference(row, a, b)
+            eps = choose_sign(i, dot, mode, tie_plus, walk_c, u, i * n + k, walk_failures)
             # With one shared row, the next pair of this call (the next worker's, or worker 0's
-            # two positions on) is balanced against the s this update makes: its dot product is
-            # taken in the update's pass, on s still in registers.
-            dot_ahead = rows == 1 and (i + 1 < m or j + 2 < b)
+            # next one) is balanced against the s this update makes: its dot product is taken
+            # in the update's pass, on s still in registers.
+            dot_ahead = rows == 1 and (i + 1 < m or q + 1 < pairs)
             if dot_ahead:
-                w, k = (i + 1, j) if i + 1 < m else (0, j + 2)
-                next_first = grads[w, k - 1] if k > 0 else pending[w * d:(w + 1) * d]
-                largest, dot = add_signed_difference_then_dot(row, first, grads[i, j], eps, next_first,
-                                                              grads[w, k])
+                next_a, next_b = pair_vectors(vectors, pending, start, (i + 1) % m, q + (i + 1) // m)
+                largest, dot = add_signed_difference_then_dot(row, a, b, eps, next_a, next_b)
             else:
-                largest = add_signed_difference(row, first, grads[i, j], eps)
+                largest = add_signed_difference(row, a, b, eps)
             peaks[r] = max(peaks[r], largest)  # s_r's largest ||s||_inf so far
-            signs[i * n + t // 2] = eps > 0.0
+            signs[i * n + k] = eps > 0.0
+
+
+@state_kernel
+def pair_balance_observe(grads, state):
+    """PairBalance (walk_pairs) on the gradients (m, b, d) of visit positions start..start+b-1:
+    every pair the call completes. When a pair's first gradient is the last of a call, the extra
+    (m, d) array keeps a copy of it: the caller may overwrite its buffer before the partner
+    arrives. With n odd the last example has no partner and takes the middle of the next order.
+    Returns b, or -1 if grads do not fit (nothing is changed then).
+    """
+    if not fits(grads, state):
+        return -1
+    m, b, d = grads.shape
+    n, start = state[N], state[OBSERVED]
+    walk_pairs(grads, state, (start + b) // 2 - start // 2, gradient_pair)
+    last = start + b - 1
+    if last % 2 == 0 and last < n - 1:  # the partner comes in a later call: keep a copy
+        pending = block(state.view(np.float64), EXTRA, state, m * d)
+        for i in range(m):
+            for k in range(d):
+                pending[i * d + k] = grads[i, b - 1, k]
     state[OBSERVED] = start + b
     return b
+
+
+@state_kernel
+def pair_difference_observe(differences, state):
+    """PairBalance (walk_pairs) on differences (m, p, d) already formed: v = g_2k - g_2k+1 of
+    every worker's next p pairs (the serial backend forms them as the gradients come, so that the
+    walk reads one vector per pair and the steps keep half as many rows; engine.serial_epoch).
+    Calls take whole pairs; with n odd the call that reaches position n - 1 also counts the last
+    example, which has no partner. A call without pairs is allowed at the end of the rows (it
+    counts that example if n = 1, and does nothing once every example is counted). Returns p, or
+    -1 if the differences do not fit (nothing is changed then).
+    """
+    p, start, n = differences.shape[1], state[OBSERVED], state[N]
+    if not (state[IN_EPOCH] != 0 and differences.shape[0] == state[M]
+            and differences.shape[2] == state[D] and (differences.strides[2] == 8 or p == 0)
+            and (start % 2 == 0 or start == n) and (p >= 1 or start >= n - 1) and start + 2 * p <= n):
+        return -1
+    walk_pairs(differences, state, p, difference_pair)
+    observed = start + 2 * p
+    state[OBSERVED] = n if observed == n - 1 else observed
+    return p
 
 
 @njit(cache=True, error_model="numpy")

@@ -2,6 +2,10 @@
 <s, a - b> every sign decision rests on, the update s += eps (a - b) with ||s||_inf, and the
 two in one pass (the shared walk's update followed by its next pair's dot product).
 
+Every function takes b = None for a vector v = a that is already the difference (the pair walk
+over differences formed as the gradients come, engine.serial_epoch): then a alone is read, and
+the results are bitwise those for (a, zeros), as a - 0.0 = a.
+
 The dot product's association is fixed, so that every orderer, backend and the references in
 tests/reference/orderers.py (``lane_dot``) take the same sign decisions, exact ties included:
 
@@ -27,7 +31,7 @@ Python.
 from llvmlite import ir
 from numba import config, njit, types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 LANES = 16
 # Doubles per vector: 8 (one AVX-512 register) where the rows are independent (mean balance);
@@ -87,22 +91,35 @@ def _largest_lane(builder, largest, width):
     return result
 
 
+def _difference(builder, a_value, b, offset, width):
+    """a_value - (the vector of b at `offset`); a_value itself when b is None."""
+    if b is None:
+        return a_value
+    return builder.fsub(a_value, builder.load(_vector_at(builder, b, offset, width), align=8))
+
+
+def _addresses(signature, args, *positions):
+    """args, with None for each of the given positions whose argument is None (no vector b)."""
+    return [None if i in positions and signature.args[i] == types.none else arg
+            for i, arg in enumerate(args)]
+
+
 def _accumulate_dot(builder, accumulator, s_value, a, b, offset, width):
-    """accumulator += s_value (a - b) for the vector of a and b at `offset`."""
-    difference = builder.fsub(builder.load(_vector_at(builder, a, offset, width), align=8),
-                              builder.load(_vector_at(builder, b, offset, width), align=8))
+    """accumulator += s_value (a - b) for the vector of a and b at `offset` (b None: s_value a)."""
+    a_value = builder.load(_vector_at(builder, a, offset, width), align=8)
+    difference = _difference(builder, a_value, b, offset, width)
     builder.store(builder.fadd(builder.load(accumulator), builder.fmul(s_value, difference)), accumulator)
 
 
 def _update_vector(builder, s, a, b, eps_vector, offset, largest, width, sums=None):
-    """s += eps (a - b) for the vector at `offset`, its largest |s_k| into the vector variable
-    `largest` and, with `sums`, sums += a; returns the new vector of s."""
+    """s += eps (a - b) (b None: s += eps a) for the vector at `offset`, its largest |s_k| into
+    the vector variable `largest` and, with `sums`, sums += a; returns the new vector of s."""
     vector = _vector_type(width)
     fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector, [vector]),
                                           f"llvm.fabs.v{width}f64")
     s_here = _vector_at(builder, s, offset, width)
     a_value = builder.load(_vector_at(builder, a, offset, width), align=8)
-    difference = builder.fsub(a_value, builder.load(_vector_at(builder, b, offset, width), align=8))
+    difference = _difference(builder, a_value, b, offset, width)
     value = builder.fadd(builder.load(s_here, align=8), builder.fmul(eps_vector, difference))
     builder.store(value, s_here, align=8)
     magnitude, so_far = builder.call(fabs, [value]), builder.load(largest)
@@ -117,7 +134,7 @@ def _update_vector(builder, s, a, b, eps_vector, offset, largest, width, sums=No
 def _lane_sums(typingctx, s_address, a_address, b_address, blocks):
     """The 16-lane part of <s, a - b> over `blocks` blocks of 16 doubles at the three addresses."""
     def codegen(context, builder, signature, args):
-        s, a, b, count = args
+        s, a, b, count = _addresses(signature, args, 2)
         accumulators = [_zero_vector(builder, NARROW) for _ in range(LANES // NARROW)]
         with cgutils.for_range(builder, count) as loop:
             base = builder.mul(loop.index, ir.Constant(loop.index.type, LANES))
@@ -135,7 +152,7 @@ def _signed_update_codegen(accumulate, width):
     |s_k| of them; with ``accumulate`` also sums += a (GraB's epoch sum of the gradients, same
     pass)."""
     def codegen(context, builder, signature, args):
-        s, a, b, eps, count = args[:5]
+        s, a, b, eps, count = _addresses(signature, args, 2)[:5]
         eps_vector, largest = _splat(builder, eps, width), _zero_vector(builder, width)
         with cgutils.for_range(builder, count) as loop:
             offset = builder.mul(loop.index, ir.Constant(loop.index.type, width))
@@ -164,7 +181,7 @@ def _update_then_dot_codegen(accumulate, width):
     <s, next_a - next_b> with the new s, in one pass over `count` blocks of 16 doubles in vectors
     of `width`; returns (the largest |s_k| of them, the lanes added)."""
     def codegen(context, builder, signature, args):
-        s, a, b, eps, next_a, next_b, count = args[:7]
+        s, a, b, eps, next_a, next_b, count = _addresses(signature, args, 2, 5)[:7]
         eps_vector, largest = _splat(builder, eps, width), _zero_vector(builder, width)
         accumulators = [_zero_vector(builder, width) for _ in range(LANES // width)]
         with cgutils.for_range(builder, count) as loop:
@@ -197,25 +214,49 @@ def _add_signed_blocks_and_sum_then_lane_sums(typingctx, s_address, a_address, b
             _update_then_dot_codegen(True, WIDE))
 
 
+def _component(a, b, k):
+    """(a - b)[k], or a[k] when b is None."""
+    return a[k] if b is None else a[k] - b[k]
+
+
+def _address(v):
+    """Where the vector v starts (None stays None: no vector b)."""
+    return None if v is None else v.ctypes.data
+
+
+@overload(_component, inline="always")
+def _component_jitted(a, b, k):
+    if b == types.none:
+        return lambda a, b, k: a[k]
+    return lambda a, b, k: a[k] - b[k]
+
+
+@overload(_address, inline="always")
+def _address_jitted(v):
+    if v == types.none:
+        return lambda v: None
+    return lambda v: v.ctypes.data
+
+
 if config.DISABLE_JIT:
     def dot_with_difference(s, a, b):
-        """<s, a - b> with the module's association, as plain Python."""
+        """<s, a - b> (b None: <s, a>) with the module's association, as plain Python."""
         d = s.shape[0]
         whole = d // LANES * LANES
         lanes = [0.0] * LANES
         for k in range(whole):
-            lanes[k % LANES] += s[k] * (a[k] - b[k])
+            lanes[k % LANES] += s[k] * _component(a, b, k)
         v = [(lanes[i] + lanes[4 + i]) + (lanes[8 + i] + lanes[12 + i]) for i in range(4)]
         total = (v[0] + v[1]) + (v[2] + v[3])
         for k in range(whole, d):
-            total += s[k] * (a[k] - b[k])
+            total += s[k] * _component(a, b, k)
         return total
 
     def add_signed_difference(s, a, b, eps):
-        """s += eps (a - b); returns max_k |s_k| afterwards (plain Python)."""
+        """s += eps (a - b) (b None: s += eps a); returns max_k |s_k| afterwards (plain Python)."""
         largest = 0.0
         for k in range(s.shape[0]):
-            s[k] = s[k] + eps * (a[k] - b[k])
+            s[k] = s[k] + eps * _component(a, b, k)
             largest = max(largest, abs(s[k]))
         return largest
 
@@ -239,13 +280,13 @@ else:
     @njit(inline="always", error_model="numpy")
     def _dot_tail(s, a, b, start, total):
         for k in range(start, s.shape[0]):
-            total += s[k] * (a[k] - b[k])
+            total += s[k] * _component(a, b, k)
         return total
 
     @njit(inline="always", error_model="numpy")
     def _signed_tail(s, a, b, eps, start, largest):
         for k in range(start, s.shape[0]):
-            value = s[k] + eps * (a[k] - b[k])
+            value = s[k] + eps * _component(a, b, k)
             s[k] = value
             largest = max(largest, abs(value))
         return largest
@@ -257,23 +298,25 @@ else:
 
     @njit(inline="always", error_model="numpy")
     def dot_with_difference(s, a, b):
-        """<s, a - b> with the module's association; s, a and b contiguous, of one length."""
+        """<s, a - b> (b None: <s, a>) with the module's association; s, a and b contiguous, of
+        one length."""
         whole = s.shape[0] // LANES
         return _dot_tail(s, a, b, whole * LANES,
-                         _lane_sums(s.ctypes.data, a.ctypes.data, b.ctypes.data, whole))
+                         _lane_sums(s.ctypes.data, a.ctypes.data, _address(b), whole))
 
     @njit(inline="always", error_model="numpy")
     def add_signed_difference(s, a, b, eps):
-        """s += eps (a - b); returns max_k |s_k| afterwards. s, a and b contiguous, of one length."""
+        """s += eps (a - b) (b None: s += eps a); returns max_k |s_k| afterwards. s, a and b
+        contiguous, of one length."""
         whole = s.shape[0] // NARROW
-        largest = _add_signed_blocks(s.ctypes.data, a.ctypes.data, b.ctypes.data, eps, whole)
+        largest = _add_signed_blocks(s.ctypes.data, a.ctypes.data, _address(b), eps, whole)
         return _signed_tail(s, a, b, eps, whole * NARROW, largest)
 
     @njit(inline="always", error_model="numpy")
     def add_signed_difference_and_sum(s, a, b, eps, sums):
         """add_signed_difference(s, a, b, eps), and sums += a in the same pass (all of one length)."""
         whole = s.shape[0] // WIDE
-        largest = _add_signed_blocks_and_sum(s.ctypes.data, a.ctypes.data, b.ctypes.data, eps, whole,
+        largest = _add_signed_blocks_and_sum(s.ctypes.data, a.ctypes.data, _address(b), eps, whole,
                                              sums.ctypes.data)
         _sum_tail(sums, a, whole * WIDE)
         return _signed_tail(s, a, b, eps, whole * WIDE, largest)
@@ -284,8 +327,8 @@ else:
         one pass over s (the walk's next dot product starts on the new s while it is in
         registers); returns (max_k |s_k|, the dot product). All contiguous, of one length."""
         whole = s.shape[0] // LANES
-        largest, total = _add_signed_blocks_then_lane_sums(s.ctypes.data, a.ctypes.data, b.ctypes.data, eps,
-                                                           next_a.ctypes.data, next_b.ctypes.data, whole)
+        largest, total = _add_signed_blocks_then_lane_sums(s.ctypes.data, a.ctypes.data, _address(b), eps,
+                                                           next_a.ctypes.data, _address(next_b), whole)
         largest = _signed_tail(s, a, b, eps, whole * LANES, largest)
         return largest, _dot_tail(s, next_a, next_b, whole * LANES, total)
 
@@ -295,7 +338,7 @@ else:
         next_b), in one pass over s; returns (max_k |s_k|, the dot product)."""
         whole = s.shape[0] // LANES
         largest, total = _add_signed_blocks_and_sum_then_lane_sums(
-            s.ctypes.data, a.ctypes.data, b.ctypes.data, eps, next_a.ctypes.data, next_b.ctypes.data,
+            s.ctypes.data, a.ctypes.data, _address(b), eps, next_a.ctypes.data, _address(next_b),
             whole, sums.ctypes.data)
         _sum_tail(sums, a, whole * LANES)
         largest = _signed_tail(s, a, b, eps, whole * LANES, largest)

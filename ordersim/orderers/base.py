@@ -35,6 +35,9 @@ class Orderer:
     name: str = ""
     description: str = ""
     needs_gradients: bool = False  # True for StateBuffer orderers, whose kernel observes them
+    # Pair orderers also take pair differences g_2k - g_2k+1 through this kernel (the serial
+    # backend forms them as the gradients come: half the rows to keep, one vector per pair).
+    pair_difference_kernel = None
     # Coordinated orderers need every worker's gradients on every rank (one shared walk); the others
     # run independently per worker, so an MPI rank builds only its own workers' orders.
     coordinated: bool = False

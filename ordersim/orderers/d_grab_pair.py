@@ -1,4 +1,4 @@
-from ordersim.orderers._balance import BalancingState, pair_balance_observe
+from ordersim.orderers._balance import BalancingState, pair_balance_observe, pair_difference_observe
 from ordersim.orderers.base import Orderer
 
 
@@ -8,6 +8,7 @@ class DistributedPairGraB(BalancingState, Orderer):
     name = "d-grab-pair"
     description = "ID-GraB (PairBal): every worker runs PairBalance on its own, no coordination"
     kernel = staticmethod(pair_balance_observe)
+    pair_difference_kernel = staticmethod(pair_difference_observe)
 
     def _setup(self):
         # extra[0]: a pair's first gradient when its partner comes in a later observe()

@@ -306,3 +306,27 @@ def drive(orderer, grads_per_epoch, b, stats=None):
                           "discrepancy": orderer.balance_discrepancy})
     orders.append(orderer.order.copy())
     return orders
+
+
+def drive_pair_differences(orderer, grads_per_epoch, pairs, stats=None):
+    """``drive`` through a pair orderer's pair_difference_kernel, as the serial backend feeds it:
+    every row's pair differences g_2k - g_2k+1 in visit order, ``pairs`` pairs per call (the last
+    one may be shorter), then a call without pairs, which counts an unpaired last example (n odd)
+    if no call has yet."""
+    n, kernel = orderer.examples, orderer.pair_difference_kernel
+    orders = []
+    for grads in grads_per_epoch:
+        order = orderer.begin_epoch()
+        orders.append(order)
+        visited = np.take_along_axis(grads, order[:, :, None], axis=1)
+        differences = visited[:, 0:n - 1:2] - visited[:, 1::2]
+        for start in range(0, n // 2, pairs):
+            chunk = np.ascontiguousarray(differences[:, start:start + pairs])
+            assert kernel(chunk, orderer.state) == chunk.shape[1]
+        assert kernel(np.zeros((orderer.workers, 0, orderer.dim)), orderer.state) == 0
+        orderer.end_epoch()
+        if stats is not None:
+            stats.append({"walk_failures": orderer.walk_failures.copy(),
+                          "discrepancy": orderer.balance_discrepancy})
+    orders.append(orderer.order.copy())
+    return orders
