@@ -175,6 +175,58 @@ def pack_rows(grads, count):
                 flat[target + k] = flat[source + k]
 
 
+# What serial_epoch keeps of the steps' gradients for the orderer: nothing (rr, so, ...), every
+# gradient, or pair differences g_2k - g_2k+1 (the pair orderers' pair_difference_kernel).
+NO_GRADIENTS, GRADIENTS, PAIR_DIFFERENCES = 0, 1, 2
+
+
+# Doubles per chunk of serial_epoch's grads_out (docs/performance.md). Gradients: 256 KB stay in
+# L2 from the steps that write them to the orderer that reads them; mean balance walks each row
+# through the chunk's examples, and larger chunks keep a row's state in cache longer. Pair
+# differences: 16 KB stay in L1 beside the data rows the steps read (cd-grab's extra time over
+# rr ~9.5 -> ~7 ms per epoch against 256 KB at m = 8, d = 128; 32 KB was already slower).
+GRADIENT_CHUNK_DOUBLES, PAIR_CHUNK_DOUBLES = 1 << 15, 1 << 11
+
+
+def chunk_rows(store, m, n, b, d, doubles=None):
+    """Rows per worker of serial_epoch's grads_out for chunks of about `doubles` doubles (by
+    default the constants above): whole steps of gradients (at least one), or pair differences (at
+    least b: a step may end inside a pair, so two steps must fit); never more than the epoch has."""
+    if store == PAIR_DIFFERENCES:
+        doubles = PAIR_CHUNK_DOUBLES if doubles is None else doubles
+        return min(max(b, doubles // (m * d)), (n + 1) // 2)
+    doubles = GRADIENT_CHUNK_DOUBLES if doubles is None else doubles
+    return min(max(1, doubles // (m * b * d)) * b, n)
+
+
+@njit(inline="always", error_model="numpy")
+def fold_pairs(grads, count, first, pair_rows):
+    """Fold gradients grads[:count] of a worker's positions first.. (counted from the chunk's
+    first position, which is even) into pair_rows: a pair's first gradient is copied to its row,
+    the second subtracted from it (row k: g_2k - g_2k+1)."""
+    d = grads.shape[1]
+    for r in range(count):
+        t = first + r
+        if t % 2 == 0:
+            for j in range(d):
+                pair_rows[t // 2, j] = grads[r, j]
+        else:
+            for j in range(d):
+                pair_rows[t // 2, j] = pair_rows[t // 2, j] - grads[r, j]
+
+
+@njit(inline="always", error_model="numpy")
+def observe_rows(observe, grads_out, rows, state):
+    """observe(grads_out[:, :rows], state) on a C-contiguous (m, rows, d) array, as observe wants
+    (a short chunk is packed to the front first)."""
+    m, width, d = grads_out.shape
+    if rows == width:
+        observe(grads_out, state)
+    else:
+        pack_rows(grads_out, rows)
+        observe(grads_out.reshape(-1)[:m * rows * d].reshape((m, rows, d)), state)
+
+
 @njit(error_model="numpy", _nrt=False)  # takes the problem's kernel: not cacheable (numba#2956)
 def serial_epoch(observe, state, store, batch_grads, x, velocity, A, y, params, order, n, b, lr,
                  momentum, weight_decay, grads_out, idx, scratch, total, history, coef, coded,
@@ -186,12 +238,15 @@ def serial_epoch(observe, state, store, batch_grads, x, velocity, A, y, params, 
     coef[k] for the epoch's step k (coef: the epoch's (steps, k, s+1) coefficients); first_step is
     the global index of the epoch's first step. losses[k]: the mean loss of step k.
 
-    With ``store``, worker w's per-example gradients go to grads_out[w] (m, chunk, d) in visit
-    order, and observe(gradients, state) gets them whenever the next step would not fit and at the
-    epoch's end (observe: ``first_class(orderer kernel)``; a short chunk is packed first). A chunk
-    of 256 KB stays in L2 from the steps that write it to the orderer that reads it (one of 8 MB
-    cost cd-grab ~25 % of rr's epoch, docs/performance.md). Without it the gradients go to scratch
-    (b, d). total (d,): the update's scratch. timers (2,) accumulates compute and ordering seconds.
+    With store == GRADIENTS, worker w's per-example gradients go to grads_out[w] (m, chunk, d) in
+    visit order, and observe(gradients, state) gets them whenever the next step would not fit and
+    at the epoch's end (observe: ``first_class(orderer kernel)``; a short chunk is packed first;
+    chunk sizes: chunk_rows). With PAIR_DIFFERENCES row k of grads_out[w] is the chunk's pair k,
+    g_2k - g_2k+1, formed as the gradients come (fold_pairs; at b = 1 a pair's first gradient is
+    written to its row directly), and observe (a pair_difference_kernel) gets the whole pairs when
+    a step ends on a pair's end and the next two would not fit, and at the epoch's end. Otherwise
+    the gradients go to scratch (b, d), which the two modes also use. total (d,): the update's
+    scratch. timers (2,) accumulates compute and ordering seconds.
     Returns the steps done, or -(steps done, the diverging one included) - 1 when x stopped being
     finite (the MPI epoch loop's count).
 
@@ -200,8 +255,10 @@ def serial_epoch(observe, state, store, batch_grads, x, velocity, A, y, params, 
     step's outstanding memory loads (a third of rr's epoch time at N = 200 000, d = 128).
     """
     m, slots = order.shape[0], history.shape[0]
-    width, d = grads_out.shape[1], grads_out.shape[2]  # with store
-    held = k = 0  # held: examples per worker in grads_out, not yet observed
+    width = grads_out.shape[1]  # with store
+    pairs = store == PAIR_DIFFERENCES
+    span = b if b % 2 == 0 else 2 * b  # positions from a pair's end to the next step ending on one
+    held = k = 0  # held: positions per worker in grads_out, not yet observed
     pos = np.int64(0)  # not a literal 0, for which Numba would compile worker_step once more
     finite = True
     ordering = 0.0
@@ -211,10 +268,17 @@ def serial_epoch(observe, state, store, batch_grads, x, velocity, A, y, params, 
         sums = history[(first_step + k) % slots]
         loss = 0.0
         for w in range(m):
-            # with store, the kernel writes straight into grads_out (no copy through scratch)
-            out = grads_out[w, held:held + count] if store else scratch
+            # the kernel writes straight into grads_out where it can (no copy through scratch)
+            if store == GRADIENTS:
+                out = grads_out[w, held:held + count]
+            elif pairs and count == 1 and held % 2 == 0:  # a pair's first gradient
+                out = grads_out[w, held // 2:held // 2 + 1]
+            else:
+                out = scratch
             loss += worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count, idx,
                                 out, sums[w])
+            if pairs and (count > 1 or held % 2 == 1):
+                fold_pairs(scratch, count, held, grads_out[w])
         finite = update_after_step(x, velocity, history, coef, k, first_step + k, count, coded, lr,
                                    momentum, weight_decay, total)
         losses[k] = loss / (m * count)
@@ -223,13 +287,13 @@ def serial_epoch(observe, state, store, batch_grads, x, velocity, A, y, params, 
             break
         pos += count
         held += count
-        if store and (pos == n or held + min(b, n - pos) > width):  # the next step would not fit
+        if pairs:  # observe the whole pairs when the next two steps would not fit
+            due = pos == n or (pos % 2 == 0 and (held + min(span, n - pos) + 1) // 2 > width)
+        else:  # observe when the next step would not fit
+            due = store == GRADIENTS and (pos == n or held + min(b, n - pos) > width)
+        if due:
             observed = seconds()
-            if held == width:
-                observe(grads_out, state)
-            else:  # a short chunk: a C-contiguous (m, held, d) view, as observe wants
-                pack_rows(grads_out, held)
-                observe(grads_out.reshape(-1)[:m * held * d].reshape((m, held, d)), state)
+            observe_rows(observe, grads_out, held // 2 if pairs else held, state)
             held = 0
             ordering += seconds() - observed
     timers[0] += seconds() - start - ordering

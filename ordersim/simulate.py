@@ -32,9 +32,6 @@ from problems import make_problem, problem_class
 NO_COEFFICIENTS = np.zeros((1, 1, 1))  # the coef argument of plain (not decoded) updates
 # Bound on the doubles a chunk buffer holds (herding's step sums).
 CHUNK_DOUBLES = 1 << 20
-# The serial backend's gradients for the orderer, per chunk of steps: 256 KB stay in L2 between
-# the steps that write them and the orderer that reads them (docs/performance.md).
-OBSERVE_CHUNK_DOUBLES = 1 << 15
 
 
 def check_fields(config: Config, ranks: int) -> Config:
@@ -339,13 +336,19 @@ class Run:
     def _serial_epoch(self, epoch, order, lr, coef):
         s, config = self.setup, self.setup.config
         m, n, b, d = self.m, self.n, self.b, self.d
-        # One jitted call per epoch (engine.serial_epoch); the orderer observes the gradients a
-        # chunk of OBSERVE_CHUNK_DOUBLES at a time, from inside it.
-        store = self.orderer.needs_gradients
-        chunk = max(1, OBSERVE_CHUNK_DOUBLES // (m * b * d))
-        grads_out = aligned.empty((m, min(chunk * b, n), d) if store else (1, 1, 1))
-        observe = engine.first_class(self.orderer.kernel if store else engine.no_observer)
-        state = self.orderer.state if store else np.zeros(1, dtype=np.int64)
+        # One jitted call per epoch (engine.serial_epoch); the orderer observes the gradients (or
+        # pair differences) a chunk at a time, from inside it (engine.chunk_rows).
+        orderer = self.orderer
+        if orderer.pair_difference_kernel is not None:
+            store, kernel = engine.PAIR_DIFFERENCES, orderer.pair_difference_kernel
+        elif orderer.needs_gradients:
+            store, kernel = engine.GRADIENTS, orderer.kernel
+        else:
+            store, kernel = engine.NO_GRADIENTS, engine.no_observer
+        rows = engine.chunk_rows(store, m, n, b, d)
+        grads_out = aligned.empty((m, rows, d) if store != engine.NO_GRADIENTS else (1, 1, 1))
+        observe = engine.first_class(kernel)
+        state = orderer.state if store != engine.NO_GRADIENTS else np.zeros(1, dtype=np.int64)
         history, coef, coded = self._update_inputs(coef)
         losses = np.empty(self.steps_per_epoch)
         timers = np.zeros(2)

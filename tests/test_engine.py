@@ -39,40 +39,52 @@ def reference_sgd(A, y, orders, lam, b, lr, momentum, weight_decay, steps):
 
 
 def epoch_from_zero(kernel, A, y, orders, params, b, lr, momentum=0.0, weight_decay=0.0,
-                 grads_out=None, orderer=None):
-    """engine.serial_epoch from x = 0 over the orders; with grads_out, the gradients are stored
-    there and observed by ``orderer`` (its begun epoch; none: an observer that does nothing).
-    Returns (steps done or the divergence code, x, losses)."""
+                    grads_out=None, orderer=None, store=engine.GRADIENTS):
+    """engine.serial_epoch from x = 0 over the orders; with grads_out, the gradients (or with
+    store=PAIR_DIFFERENCES the pair differences) are kept there and observed by ``orderer`` (its
+    begun epoch; none: an observer that does nothing). Returns (steps done or the divergence code,
+    x, losses)."""
     steps = -(-orders.shape[1] // b)
     x, velocity, losses = np.zeros(P), np.zeros(P), np.full(steps, np.nan)
-    observe = engine.first_class(orderer.kernel if orderer else engine.no_observer)
+    if grads_out is None:
+        store = engine.NO_GRADIENTS
+    observe = engine.no_observer
+    if orderer:
+        observe = orderer.pair_difference_kernel if store == engine.PAIR_DIFFERENCES else orderer.kernel
     state = orderer.state if orderer else np.zeros(1, dtype=np.int64)
-    store = grads_out is not None
-    done = engine.serial_epoch(observe, state, store, kernel, x, velocity, A, y, params, orders,
-                               orders.shape[1], b, lr, momentum, weight_decay,
-                               grads_out if store else np.empty((1, 1, 1)),
+    done = engine.serial_epoch(engine.first_class(observe), state, store, kernel, x, velocity, A, y,
+                               params, orders, orders.shape[1], b, lr, momentum, weight_decay,
+                               np.empty((1, 1, 1)) if grads_out is None else grads_out,
                                np.empty(b, dtype=np.int64), np.empty((b, P)), np.empty(P),
                                np.empty((1, M, P)), np.zeros((1, 1, 1)), False, 0, losses,
                                np.zeros(2))
     return done, x, losses
 
 
-@pytest.mark.parametrize("store", [True, False])
-@pytest.mark.parametrize("b, momentum, weight_decay", [(1, 0.0, 0.0), (4, 0.9, 0.01), (11, 0.5, 0.0)])
+@pytest.mark.parametrize("store", [engine.NO_GRADIENTS, engine.GRADIENTS, engine.PAIR_DIFFERENCES])
+@pytest.mark.parametrize("b, momentum, weight_decay",
+                         [(1, 0.0, 0.0), (3, 0.0, 0.0), (4, 0.9, 0.01), (11, 0.5, 0.0)])
 def test_serial_epoch_matches_numpy_sgd(b, momentum, weight_decay, store):
-    """With and without keeping the gradients for an orderer (rr keeps none)."""
+    """Keeping nothing (rr), every gradient, or the pair differences g_2k - g_2k+1 (the pair
+    orderers): the same SGD, and what is kept is what the orderer is meant to see."""
     A, y, orders = least_squares_data()
     problem = make_problem("least-squares", P, lam=0.1)
-    grads_out = np.empty((M, N_LOCAL, P)) if store else None
+    rows = engine.chunk_rows(store, M, N_LOCAL, b, P, M * N_LOCAL * b * P)  # the whole epoch
+    grads_out = None if store == engine.NO_GRADIENTS else np.empty((M, rows, P))
     done, x, losses = epoch_from_zero(problem.batch_grads, A, y, orders, problem.params, b, 0.05,
-                                   momentum, weight_decay, grads_out)
+                                      momentum, weight_decay, grads_out, store=store)
     steps = -(-N_LOCAL // b)
     assert done == steps
     x_ref, losses_ref, grads_ref = reference_sgd(A, y, orders, 0.1, b, 0.05, momentum, weight_decay, steps)
     np.testing.assert_allclose(x, x_ref, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(losses, losses_ref, rtol=1e-12)
-    if store:
+    if store == engine.GRADIENTS:
         np.testing.assert_allclose(grads_out, grads_ref, rtol=1e-12, atol=1e-14)
+    if store == engine.PAIR_DIFFERENCES:  # the whole pairs, packed to the front as observed
+        pairs = N_LOCAL // 2
+        observed = grads_out.reshape(-1)[:M * pairs * P].reshape(M, pairs, P)
+        np.testing.assert_allclose(observed, grads_ref[:, 0:2 * pairs:2] - grads_ref[:, 1::2], rtol=1e-12,
+                                   atol=1e-14)
 
 
 def test_serial_epoch_reports_divergence():
@@ -84,15 +96,17 @@ def test_serial_epoch_reports_divergence():
 
 
 def epoch_observed_in_chunks(orderer_name, A, y, orders, problem, b, lr, chunk_steps):
-    """epoch_from_zero with the orderer observing chunks of chunk_steps steps; returns (steps or
-    divergence code, x, losses, the orderer's next order)."""
+    """epoch_from_zero with the orderer observing chunks of about chunk_steps steps (its pair
+    differences, if it takes them); returns (steps or divergence code, x, losses, the orderer's
+    next order)."""
     from ordersim.orderers import make_orderer
 
     orderer = make_orderer(orderer_name, M, N_LOCAL, P, seed=0, first_order="identity")
     orderer.begin_epoch()
+    store = engine.GRADIENTS if orderer.pair_difference_kernel is None else engine.PAIR_DIFFERENCES
+    rows = engine.chunk_rows(store, M, N_LOCAL, b, P, chunk_steps * M * b * P)
     done, x, losses = epoch_from_zero(problem.batch_grads, A, y, orders, problem.params, b, lr,
-                                   grads_out=np.empty((M, min(chunk_steps * b, N_LOCAL), P)),
-                                   orderer=orderer)
+                                      grads_out=np.empty((M, rows, P)), orderer=orderer, store=store)
     next_order = None
     if done >= 0:
         orderer.end_epoch()
@@ -100,13 +114,14 @@ def epoch_observed_in_chunks(orderer_name, A, y, orders, problem, b, lr, chunk_s
     return done, x, losses, next_order
 
 
-@pytest.mark.parametrize("orderer_name", ["d-grab", "cd-grab"])
-@pytest.mark.parametrize("b", [1, 2, 4])
+@pytest.mark.parametrize("orderer_name", ["d-grab", "cd-grab", "d-grab-pair"])
+@pytest.mark.parametrize("b", [1, 2, 3, 4])
 def test_serial_epoch_observes_every_chunk_like_one_pass(orderer_name, b):
     """The serial epoch hands the orderer a chunk of steps at a time (short last chunk and short
-    last step packed; with b odd a chunk can end inside a pair): x, the losses and the next order
-    must be the same for every chunk size, and the same as one observe() over the whole epoch's
-    gradients."""
+    last step packed; with b odd a step can end inside a pair; the pair orderers get pair
+    differences, down to chunks of b pairs, and with N_LOCAL odd an unpaired last example): x, the
+    losses and the next order must be the same for every chunk size, and the same as one observe()
+    over the whole epoch's gradients (for the pair orderers: their gradient kernel)."""
     A, y, orders = least_squares_data()
     orders = np.tile(np.arange(N_LOCAL), (M, 1))  # the orderers' identity first order
     problem = make_problem("least-squares", P, lam=0.1)
