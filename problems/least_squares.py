@@ -45,7 +45,6 @@ def full_grad(x, A, y, idx, params, out):
 @njit(cache=True, fastmath=FAST, error_model="numpy")
 def full_loss(x, A, y, idx, params):
     lam = params[0]
-    x.shape[0]
     k = idx.shape[0]
     total = 0.0
     for r in range(k):

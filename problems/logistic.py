@@ -85,7 +85,6 @@ def full_grad(x, A, y, idx, params, out):
 
 @njit(cache=True, fastmath=FAST, error_model="numpy")
 def full_loss(x, A, y, idx, params):
-    x.shape[0]
     k = idx.shape[0]
     total = 0.0
     for r in range(k):
@@ -98,7 +97,6 @@ def full_loss(x, A, y, idx, params):
 @njit(cache=True, fastmath=FAST, error_model="numpy")
 def accuracy(x, A, y, idx, params):
     """Prediction sign(a^T x), with a^T x = 0 predicted as +1."""
-    x.shape[0]
     k = idx.shape[0]
     hits = 0
     for r in range(k):
