@@ -197,12 +197,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if f.type is bool:
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
                                 help=help_text)
-        elif f.type is list:
+        elif f.type is list:  # space- or comma-separated: --orderers rr cd-grab, --seeds 0,1,2
             parser.add_argument(flag, dest=f.name, nargs="+", default=None, metavar="VALUE",
-                                help=help_text)
+                                help=f"{help_text}; space- or comma-separated")
         else:
             parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=help_text)
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict:
-    return {name: getattr(args, name) for name in FIELDS if getattr(args, name, None) is not None}
+    """The flags given, list values split at commas as well as spaces."""
+    values = {name: getattr(args, name) for name in FIELDS if getattr(args, name, None) is not None}
+    for name, value in values.items():
+        if isinstance(value, list):
+            values[name] = [part for item in value for part in item.split(",") if part]
+    return values

@@ -374,6 +374,18 @@ def test_help_explains_every_config_field():
         assert "--" + name.replace("_", "-") in result.stdout, name
 
 
+def test_list_flags_take_spaces_and_commas():
+    import argparse
+
+    from ordersim.config import add_arguments, build_config, overrides_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--orderers", "rr,cd-grab", "d-grab", "--seeds", "0,1", "2,"])
+    config = build_config(overrides_from_args(args))
+    assert config.orderers == ["rr", "cd-grab", "d-grab"] and config.seeds == [0, 1, 2]
+
+
 def test_pure_python_run_agrees_with_the_jitted_one(serial_trace, tmp_path):
     """NUMBA_DISABLE_JIT=1 runs the same kernels as plain Python: same orders, same numbers up to
     the jitted kernels' reassociated sums."""
