@@ -244,7 +244,8 @@ def serial_epoch(observe, state, store, batch_grads, x, velocity, A, y, params, 
     chunk sizes: chunk_rows). With PAIR_DIFFERENCES row k of grads_out[w] is the chunk's pair k,
     g_2k - g_2k+1, formed as the gradients come (fold_pairs; at b = 1 a pair's first gradient is
     written to its row directly), and observe (a pair_difference_kernel) gets the whole pairs when
-    a step ends on a pair's end and the next two would not fit, and at the epoch's end. Otherwise
+    a step ends on a pair's end and the steps up to the next one's would not fit (two steps for b
+    odd, one for b even), and at the epoch's end. Otherwise
     the gradients go to scratch (b, d), which the two modes also use. total (d,): the update's
     scratch. timers (2,) accumulates compute and ordering seconds.
     Returns the steps done, or -(steps done, the diverging one included) - 1 when x stopped being
@@ -287,7 +288,7 @@ def serial_epoch(observe, state, store, batch_grads, x, velocity, A, y, params, 
             break
         pos += count
         held += count
-        if pairs:  # observe the whole pairs when the next two steps would not fit
+        if pairs:  # observe the whole pairs when the steps up to the next pair's end would not fit
             due = pos == n or (pos % 2 == 0 and (held + min(span, n - pos) + 1) // 2 > width)
         else:  # observe when the next step would not fit
             due = store == GRADIENTS and (pos == n or held + min(b, n - pos) > width)
