@@ -175,6 +175,16 @@ def pack_rows(grads, count):
                 flat[target + k] = flat[source + k]
 
 
+# inline: the view is made in the calling loop's own code, which counts no references (serial_epoch)
+@njit(inline="always", error_model="numpy")
+def packed(grads, count):
+    """grads[:, :count] (m, b, d) as a C-contiguous (m, count, d) array, as the orderers' kernels
+    take it: the rows moved to the front of grads' memory (pack_rows) and viewed there."""
+    m, d = grads.shape[0], grads.shape[2]
+    pack_rows(grads, count)
+    return grads.reshape(-1)[:m * count * d].reshape((m, count, d))
+
+
 # What serial_epoch keeps of the steps' gradients for the orderer: nothing (rr, so, ...), every
 # gradient, or pair differences g_2k - g_2k+1 (the pair orderers' pair_difference_kernel).
 NO_GRADIENTS, GRADIENTS, PAIR_DIFFERENCES = 0, 1, 2
@@ -218,13 +228,8 @@ def fold_pairs(grads, count, first, pair_rows):
 @njit(inline="always", error_model="numpy")
 def observe_rows(observe, grads_out, rows, state):
     """observe(grads_out[:, :rows], state) on a C-contiguous (m, rows, d) array, as observe wants
-    (a short chunk is packed to the front first)."""
-    m, width, d = grads_out.shape
-    if rows == width:
-        observe(grads_out, state)
-    else:
-        pack_rows(grads_out, rows)
-        observe(grads_out.reshape(-1)[:m * rows * d].reshape((m, rows, d)), state)
+    (a short chunk packed first)."""
+    observe(grads_out if rows == grads_out.shape[1] else packed(grads_out, rows), state)
 
 
 @njit(error_model="numpy", _nrt=False)  # takes the problem's kernel: not cacheable (numba#2956)
@@ -381,8 +386,7 @@ def mpi_epoch(batch_grads):
                                                count, idx, grads[w], local_sums[w])
             local_grads, all_grads = grads, gathered
             if count < b:  # the short last step: C-contiguous (·, count, d) views, as observe wants
-                pack_rows(grads, count)
-                local_grads = grads.reshape(-1)[:local * count * d].reshape((local, count, d))
+                local_grads = packed(grads, count)
                 if coordinated:
                     all_grads = gathered.reshape(-1)[:m * count * d].reshape((m, count, d))
             t1 = seconds()
