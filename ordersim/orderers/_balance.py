@@ -21,7 +21,7 @@ from numba import njit
 from ordersim.orderers._vector import (add_signed_difference, add_signed_difference_and_sum,
                                        add_signed_difference_and_sum_then_dot, add_signed_difference_then_dot,
                                        dot_with_difference)
-from ordersim.orderers._state import (D, FIRST_OWN_SLOT, IN_EPOCH, M, N, OBSERVED, StateBuffer, block, fits,
+from ordersim.orderers._state import (FIRST_OWN_SLOT, N, OBSERVED, StateBuffer, block, fits, open_for,
                                       state_kernel)
 
 SIGN_DETERMINISTIC = 0
@@ -180,9 +180,8 @@ def pair_difference_observe(differences, state):
     -1 if the differences do not fit (nothing is changed then).
     """
     p, start, n = differences.shape[1], state[OBSERVED], state[N]
-    if not (state[IN_EPOCH] != 0 and differences.shape[0] == state[M]
-            and differences.shape[2] == state[D] and (differences.strides[2] == 8 or p == 0)
-            and (start % 2 == 0 or start == n) and (p >= 1 or start >= n - 1) and start + 2 * p <= n):
+    if not (open_for(differences, state) and (start % 2 == 0 or start == n)
+            and (p >= 1 or start >= n - 1) and start + 2 * p <= n):
         return -1
     walk_pairs(differences, state, p, difference_pair)
     observed = start + 2 * p

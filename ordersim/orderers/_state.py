@@ -46,12 +46,18 @@ def block(buffer, slot, state, length):
 
 
 @njit(inline="always", error_model="numpy")
+def open_for(vectors, state):
+    """An epoch is open and vectors is (m, ·, d) with contiguous rows (the vector code reads a
+    row as d consecutive doubles; rows of an empty array have no stride to check)."""
+    return (state[IN_EPOCH] != 0 and vectors.shape[0] == state[M] and vectors.shape[2] == state[D]
+            and (vectors.strides[2] == 8 or vectors.size == 0))
+
+
+@njit(inline="always", error_model="numpy")
 def fits(grads, state):
-    """An epoch is open, grads is (m, b, d) with 1 <= b <= the examples left in it, and its rows
-    are contiguous (the vector code reads a row as d consecutive doubles)."""
+    """open_for(grads, state), and grads holds 1 <= b <= the examples left in the epoch."""
     b = grads.shape[1]
-    return (state[IN_EPOCH] != 0 and grads.shape[0] == state[M] and grads.shape[2] == state[D]
-            and b >= 1 and state[OBSERVED] + b <= state[N] and grads.strides[2] == 8)
+    return open_for(grads, state) and b >= 1 and state[OBSERVED] + b <= state[N]
 
 
 class StateBuffer:
