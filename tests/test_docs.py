@@ -76,20 +76,20 @@ def test_no_tracked_file_points_outside_the_repository():
     problems = []
     for path, text in text_files():
         name = path.relative_to(ROOT).as_posix()
-        in_docs = name.startswith("docs/")
+
+        def problem(match, what):
+            problems.append(f"{name}:{line_of(text, match.start())}: {match.group()} {what}")
+
         for match in CLIMBING_PATH.finditer(text):
             # Markdown links are relative to the page; paths in code and comments are written from
             # the repository root, so there no path may climb at all.
-            base = path.parent if path.suffix == ".md" else ROOT
-            target = (base / match.group()).resolve()
-            if path.suffix != ".md" or not target.is_relative_to(ROOT):
-                problems.append(f"{name}:{line_of(text, match.start())}: {match.group()} is outside the repository")
+            if path.suffix != ".md" or not (path.parent / match.group()).resolve().is_relative_to(ROOT):
+                problem(match, "is outside the repository")
         for match in SPEC_PATH.finditer(text):
-            if match.group() != "docs/algorithms.md" and not (in_docs and match.group() == SPEC.name):
-                problems.append(f"{name}:{line_of(text, match.start())}: {match.group()} is not the "
-                                f"repository's spec; write docs/algorithms.md")
+            if match.group() != "docs/algorithms.md" and not (name.startswith("docs/") and match.group() == SPEC.name):
+                problem(match, "is not the repository's spec; write docs/algorithms.md")
         for match in MACHINE_PATH.finditer(text):
-            problems.append(f"{name}:{line_of(text, match.start())}: an absolute path of this machine")
+            problem(match, "starts an absolute path of this machine")
     assert not problems, "\n".join(problems)
 
 
