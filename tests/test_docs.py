@@ -81,10 +81,11 @@ def test_no_tracked_file_points_outside_the_repository():
             problems.append(f"{name}:{line_of(text, match.start())}: {match.group()} {what}")
 
         for match in CLIMBING_PATH.finditer(text):
-            # Markdown links are relative to the page; paths in code and comments are written from
-            # the repository root, so there no path may climb at all.
-            if path.suffix != ".md" or not (path.parent / match.group()).resolve().is_relative_to(ROOT):
-                problem(match, "is outside the repository")
+            # Markdown links are relative to the page and must reach a file of the repository; paths
+            # in code and comments are written from the repository root, so there none may climb.
+            target = (path.parent / match.group()).resolve()
+            if path.suffix != ".md" or not (target.is_relative_to(ROOT) and target.exists()):
+                problem(match, "is not a file of the repository")
         for match in SPEC_PATH.finditer(text):
             if match.group() != "docs/algorithms.md" and not (name.startswith("docs/") and match.group() == SPEC.name):
                 problem(match, "is not the repository's spec; write docs/algorithms.md")
