@@ -39,7 +39,7 @@ CLIMBING_PATH = re.compile(r"(?<![\w.~/-])(?:\.\./)+[\w.-]+(?:/[\w.-]+)*")
 # Any path naming the spec's file; only docs/algorithms.md (or the bare file name, from a page in
 # docs/) is the repository's own.
 SPEC_PATH = re.compile(r"[\w.~/-]*algorithms\.md")
-# The machine's shared tree that once held the spec, by absolute path.
+# An absolute path into this machine's work directory, which a clone does not have.
 MACHINE_PATH = re.compile(r"(?<![\w.-])/work(?=/)")
 
 
@@ -94,10 +94,10 @@ def test_no_tracked_file_points_outside_the_repository():
     assert not problems, "\n".join(problems)
 
 
-def test_the_path_patterns_find_the_references_the_repository_used_to_hold():
-    # assembled from pieces, so that this file does not hold them itself
+def test_the_path_patterns_find_references_out_of_the_repository():
+    # assembled from pieces, so that this file holds no such reference itself
     up = "." * 2 + "/"
-    relative, absolute = f"{up}shared/docs/{SPEC.name}", "/" + "work" + f"/shared/docs/{SPEC.name}"
+    relative, absolute = f"{up}elsewhere/{SPEC.name}", "/" + "work" + f"/elsewhere/{SPEC.name}"
     text = f"follow {relative}; written from {absolute} (see docs/algorithms.md)"
     assert CLIMBING_PATH.findall(text) == [relative]
     assert SPEC_PATH.findall(text) == [relative, absolute, "docs/algorithms.md"]
