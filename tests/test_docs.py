@@ -104,6 +104,27 @@ def test_the_path_patterns_find_references_out_of_the_repository():
     assert MACHINE_PATH.search(text)
 
 
+def heading_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_section_links_between_pages_reach_their_sections():
+    """Links such as docs/algorithms.md#theory: the page must have that section."""
+    broken = []
+    for path, text in text_files():
+        if path.suffix != ".md":
+            continue
+        for match in re.finditer(r"\]\(([^)#\s]*)#([^)\s]+)\)", text):
+            target = (path.parent / match.group(1)).resolve() if match.group(1) else path
+            anchors = {heading_anchor(line.lstrip("#")) for line in target.read_text(encoding="utf-8").splitlines()
+                       if line.startswith("#")} if target.is_file() else set()
+            if match.group(2) not in anchors:
+                broken.append(f"{path.relative_to(ROOT).as_posix()}:{line_of(text, match.start())}: "
+                              f"{match.group(1) or path.name}#{match.group(2)}")
+    assert not broken, "links to sections that do not exist:\n" + "\n".join(broken)
+
+
 @pytest.fixture(scope="module")
 def registry():
     env = dict(os.environ, NUMBA_DISABLE_JIT="1",
