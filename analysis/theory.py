@@ -1,4 +1,4 @@
-"""The theory's rate exponents (../shared/docs/algorithms.md, section "Theory"), in one place.
+"""The theory's rate exponents (docs/algorithms.md, section "Theory"), in one place.
 
 Rates up to log factors after T epochs with m workers of n examples each:
 

@@ -1,6 +1,6 @@
 """Gradient-coding schemes: who computes what, what the server waits for, and what it decodes.
 
-Setting (Tandon et al., ICML 2017; see ../shared/docs/algorithms.md, "Gradient coding"): n_w workers,
+Setting (Tandon et al., ICML 2017; see docs/algorithms.md, "Gradient coding"): n_w workers,
 k = n_w data partitions, straggler tolerance s. ``B`` is the (n_w, k) encoding matrix: worker i sends
 f_i = Σ_j B_ij g_j, where g_j is partition j's gradient (a d-vector; in training, the sum of the
 per-example gradients of partition j's examples of that step). Worker i stores the partitions in

@@ -1,4 +1,4 @@
-"""Herding and discrepancy metrics (../shared/docs/algorithms.md, section "Metrics").
+"""Herding and discrepancy metrics (docs/algorithms.md, section "Metrics").
 
     herding(z, order, norm="inf")                      one worker: max_k ||sum_{t<=k} (z_{pi(t)} - zbar)||
     parallel_herding(z, orders, batch=1, norm="inf", interleaved=False)

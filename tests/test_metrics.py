@@ -14,7 +14,7 @@ RTOL = 1e-12
 ATOL = 1e-12
 
 
-# -- references (plain NumPy, definitions of ../shared/docs/algorithms.md "Metrics") ---------------
+# -- references (plain NumPy, definitions of docs/algorithms.md "Metrics") -------------------------
 def _norms(prefixes, norm):
     if norm == "inf":
         return np.abs(prefixes).max(axis=-1)

@@ -1,6 +1,6 @@
 """Conformance suite for every registered orderer against its plain-NumPy reference.
 
-The references in tests/reference/orderers.py are written from ../shared/docs/algorithms.md; every
+The references in tests/reference/orderers.py are written from docs/algorithms.md; every
 orderer that ``available_orderers()`` lists must have one (adding an orderer means adding its
 reference), and must produce exactly the same orders over several epochs, for many shapes, step
 sizes and options. The rest checks the properties the spec states: permutations, the m = 1

@@ -1,7 +1,8 @@
 """Example orderers, found by name.
 
 Every public module in this package defines one ``Orderer`` subclass with a ``name``; adding an
-orderer is one file here plus its NumPy reference in ``tests/reference/orderers.py``.
+orderer is one file here plus its NumPy reference in ``tests/reference/orderers.py`` and its
+section in docs/algorithms.md (the spec both are written from).
 
     from ordersim.orderers import make_orderer, available_orderers
     o = make_orderer("cd-grab", workers=4, examples=100, dim=10, seed=0)

@@ -1,6 +1,6 @@
 """Numba kernels shared by the balancing orderers: the sign choice and the two reorder loops.
 
-Signs follow ../shared/docs/algorithms.md: deterministic (eps = +1 iff <s,v> <= 0, or < 0 with
+Signs follow docs/algorithms.md ("Sign choice"): deterministic (eps = +1 iff <s,v> <= 0, or < 0 with
 tie="minus") or the self-balancing walk (eps = +1 with probability 1/2 - <s,v>/(2c), clipped).
 
 The state lives in one flat buffer (``_state.py``); a kernel call takes just (grads, state).
@@ -193,7 +193,7 @@ def pair_difference_observe(differences, state):
 def place_by_signs(order, signs, pairs, next_order):
     """The next order (m, n) from the epoch's order and its signs: row by row, +1 examples from
     the left in arrival order and -1 examples from the right, so in reverse arrival order (the
-    two-pointer reorder of ../shared/docs/algorithms.md). With ``pairs`` signs[i, k] is pair k's,
+    two-pointer reorder of docs/algorithms.md, "Reorder"). With ``pairs`` signs[i, k] is pair k's,
     (order[i, 2k], order[i, 2k + 1]): the example it sends left takes place k, the other place
     n - 1 - k, and with n odd the last example, unpaired, takes the middle one."""
     m, n = order.shape

@@ -1,7 +1,7 @@
-"""Plain-NumPy reference implementations of every orderer, written from
-/work/shared/docs/algorithms.md ("Sign choice", "Reorder", "The orderers", "Odd counts",
-"First epoch"), not from the Numba kernels. Slow and simple on purpose: the conformance suite in
-tests/test_orderers.py compares every registered orderer with its entry in ``REFERENCES``.
+"""Plain-NumPy reference implementations of every orderer, written from docs/algorithms.md
+("Random streams", "First epoch", "Sign choice", "Reorder", "Orderers"), not from the Numba
+kernels. Slow and simple on purpose: the conformance suite in tests/test_orderers.py compares
+every registered orderer with its entry in ``REFERENCES``.
 
 Every reference has the signature
 
