@@ -75,9 +75,9 @@ is partition j's gradient over its examples of step τ (a fresh minibatch per co
       Σ_{i∈I} a_i Σ_j B_ij g_j(x_{τ_ij})  =  Σ_j Σ_age weights[j, age] · g_j(x_{t−age}),
 
   an affine combination per partition (Σ_age weights[j, age] = 1 for every j): exact on a fixed
-  model, but the weights reach |w| ≈ 50 / 130 / 520 for s = 1 / 2 / 3 (n_w = 12) and amplify the
-  differences between a partition's successive minibatch gradients, so with per-step minibatches
-  it converges far worse than pgc-cr or diverges (docs/stragglers.md).
+  model, but for n_w = 12 the weights reach |w| of tens (s = 1) to thousands (s = 3) and amplify
+  the differences between a partition's successive minibatch gradients, so with per-step
+  minibatches it converges far worse than pgc-cr or diverges (docs/stragglers.md, "Results").
 
 CR construction (Tandon et al., Algorithm 2): H is an s × n_w matrix with i.i.d. N(0, 1) entries in
 its first n_w − 1 columns and last column minus their row sums (H·1 = 0); row i of B has support
