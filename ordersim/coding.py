@@ -79,10 +79,10 @@ is partition j's gradient over its examples of step τ (a fresh minibatch per co
   the differences between a partition's successive minibatch gradients, so with per-step
   minibatches it converges far worse than pgc-cr or diverges (docs/stragglers.md, "Results").
 
-CR construction (Tandon et al., Algorithm 2): H is an s × n_w matrix with i.i.d. N(0, 1) entries in
-its first n_w − 1 columns and last column minus their row sums (H·1 = 0); row i of B has support
-{i, …, i+s} mod n_w, B_ii = 1, and the other s entries solve H[:, S_i∖{i}] b = −H[:, i], so every
-row lies in null(H). Any n_w − s rows then span null(H) (dimension n_w − s, almost surely), which
+CR construction of gc-cr and pgc-cr-exact (Tandon et al., Algorithm 2): H is an s × n_w matrix
+with i.i.d. N(0, 1) entries in its first n_w − 1 columns and last column minus their row sums
+(H·1 = 0); row i of B has support {i, …, i+s} mod n_w, B_ii = 1, and the other s entries solve
+H[:, S_i∖{i}] b = −H[:, i], so every row lies in null(H). Any n_w − s rows then span null(H) (dimension n_w − s, almost surely), which
 contains 1, so B_Iᵀ a = 1 is solvable. Decoding solves it by least squares for the responders I,
 checks the residual ‖B_Iᵀ a − 1‖_∞ (DecodingWarning above 1e-8; ValueError above 1e-3: not
 decodable) and warns when cond(B_I) > ``cond_warn`` (default 1e8). At construction, when there are
