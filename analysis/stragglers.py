@@ -1,15 +1,18 @@
 """Stragglers and gradient coding: loss against simulated time, and time per step against s.
 
     python -m analysis.stragglers FILE.h5 [FILE.h5 ...] --out DIR [--metric NAME]
-                                  [--orderers NAME ...] [--band minmax|std]
+                                  [--orderers NAME ...] [--band minmax|std] [--target VALUE]
 
 For traces of runs with a straggler model (docs/stragglers.md), e.g. the cells of
-runs/stragglers.toml. Writes DIR/stragglers.{png,pdf}: one panel per tolerance s, the metric
-(default: suboptimality when present, else train loss) against simulated time, one colour per
-coding scheme and one line style per orderer (mean over seeds, band over seeds; wait-all, which
-tolerates no straggler, appears in every panel), and a last panel with the mean simulated time per
-step against s per scheme (markers: mean over runs of each run's mean step time; wait-all as a
-horizontal line). Also prints that table.
+runs/stragglers.toml. Writes DIR/stragglers.{png,pdf}: one panel per tolerance s (one row of them
+per step size lr when the traces have several, titled with lr·L, L the trace's smoothness
+constant), the metric (default: suboptimality when present, else train loss) against simulated
+time, one colour per coding scheme and one line style per orderer (mean over seeds, band over
+seeds; wait-all, which tolerates no straggler, appears in every panel), and a panel with the mean
+simulated time per step against s per scheme (markers: mean over runs of each run's mean step
+time; wait-all as a horizontal line). Prints that table, then per (lr, coding, s, orderer) the
+last epoch's metric (mean, min and max over seeds) and the mean simulated time at which the
+metric first reaches ``--target`` (default 1e-3; NaN: a seed never reached it).
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import numpy as np
 from analysis import style
 from analysis.convergence import LABELS
 
-SCHEMES = ("wait-all", "ignore-stragglers", "gc-fr", "gc-cr", "pgc-fr", "pgc-cr")
-SCHEME_COLORS = dict(zip(SCHEMES, ("black", "tab:gray", "tab:blue", "tab:cyan", "tab:red", "tab:orange")))
+SCHEMES = ("wait-all", "ignore-stragglers", "gc-fr", "gc-cr", "pgc-fr", "pgc-cr", "pgc-fr-staggered",
+           "pgc-cr-exact")
+SCHEME_COLORS = dict(zip(SCHEMES, ("black", "tab:gray", "tab:blue", "tab:cyan", "tab:red", "tab:orange",
+                                   "tab:purple", "tab:brown")))
 ORDERER_STYLES = ("-", "--", ":", "-.")
 
 
@@ -52,36 +57,70 @@ def table(times) -> "pandas.DataFrame":  # noqa: F821
                 {s: i for i, s in enumerate(SCHEMES)}) if c.name == "coding" else c))
 
 
+def _metric(df, metric):
+    if metric is None:
+        return "suboptimality" if "suboptimality" in df and df["suboptimality"].notna().any() else "train_loss"
+    return metric
+
+
+def finals(df, metric=None, target=1e-3) -> "pandas.DataFrame":  # noqa: F821
+    """Per (lr, coding, coding_s, orderer): the last epoch's metric (mean, min, max over runs) and
+    the mean simulated time at which each run's metric first reached ``target`` (NaN when a run
+    never did)."""
+    import pandas as pd
+
+    metric = _metric(df, metric)
+    rows = []
+    for key, group in df[df["sim_time"].notna()].groupby(["lr", "coding", "coding_s", "orderer"]):
+        last, reached = [], []
+        for _, run in group.groupby(["file", "seed"]):
+            run = run.sort_values("epoch")
+            last.append(float(run[metric].iloc[-1]))
+            hit = run.loc[run[metric] <= target, "sim_time"]
+            reached.append(float(hit.iloc[0]) if len(hit) else np.nan)
+        rows.append(dict(zip(("lr", "coding", "coding_s", "orderer"), key), final=np.mean(last),
+                         final_min=min(last), final_max=max(last), time_to_target=np.mean(reached)))
+    order = {c: i for i, c in enumerate(SCHEMES)}
+    return pd.DataFrame(rows).sort_values(["lr", "coding", "coding_s", "orderer"], key=lambda c: c.map(
+        order) if c.name == "coding" else c).reset_index(drop=True)
+
+
 def plot(df, times, out, metric=None, orderers=None, band_kind="minmax"):
     df = df[df["sim_time"].notna()] if "sim_time" in df else df.iloc[:0]
     if df.empty:
         raise SystemExit("stragglers: no dataset 'sim_time' in the files (runs without a straggler model)")
-    if metric is None:
-        metric = "suboptimality" if "suboptimality" in df and df["suboptimality"].notna().any() else "train_loss"
+    metric = _metric(df, metric)
     orderers = orderers or sorted(df.orderer.unique(), key=style.orderer_key)
     df = df[df.orderer.isin(orderers)]
     times = times[times.orderer.isin(orderers)]
     coded = sorted(df.loc[df.coding != "wait-all", "coding_s"].unique().tolist()) or [0]
-    fig, axes = style.figure(len(coded) + 1)
+    rates = sorted(df.lr.unique().tolist())
+    cols = len(coded) + 1
+    fig, axes = style.figure(len(rates) * cols, cols=cols)
     y_label, _ = LABELS.get(metric, (metric, 1.0))
-    for ax, s in zip(axes, coded):
-        panel = df[(df.coding_s == s) | (df.coding == "wait-all")].copy()
-        panel["label"] = panel.coding + " " + panel.orderer
-        for scheme in (c for c in SCHEMES if c in set(panel.coding)):
-            for k, orderer in enumerate(orderers):
-                part = panel[(panel.coding == scheme) & (panel.orderer == orderer)]
-                if part.empty:
-                    continue
-                _, values = next(iter(style.by_seed(part, "epoch", metric).values()))
-                _, sim = next(iter(style.by_seed(part, "epoch", "sim_time").values()))
-                label = scheme if len(orderers) == 1 else f"{scheme}, {orderer}"
-                style.band(ax, np.nanmean(sim, axis=0), values, label, band_kind,
-                           col=SCHEME_COLORS.get(scheme), linestyle=ORDERER_STYLES[k % len(ORDERER_STYLES)])
-        ax.set_title(f"s = {s}" if s else "no coding")
-        ax.set_xlabel("simulated time (s)")
-        ax.set_ylabel(y_label)
-        style.log_if_positive(ax, panel[metric])
-    ax = axes[-1]
+    for row, lr in enumerate(rates):
+        axes[row * cols + cols - 1].set_visible(row == 0)  # the step-time panel: first row only
+        for ax, s in zip(axes[row * cols:], coded):
+            panel = df[(df.lr == lr) & ((df.coding_s == s) | (df.coding == "wait-all"))].copy()
+            panel["label"] = panel.coding + " " + panel.orderer
+            for scheme in (c for c in SCHEMES if c in set(panel.coding)):
+                for k, orderer in enumerate(orderers):
+                    part = panel[(panel.coding == scheme) & (panel.orderer == orderer)]
+                    if part.empty:
+                        continue
+                    _, values = next(iter(style.by_seed(part, "epoch", metric).values()))
+                    _, sim = next(iter(style.by_seed(part, "epoch", "sim_time").values()))
+                    label = scheme if len(orderers) == 1 else f"{scheme}, {orderer}"
+                    style.band(ax, np.nanmean(sim, axis=0), values, label, band_kind,
+                               col=SCHEME_COLORS.get(scheme), linestyle=ORDERER_STYLES[k % len(ORDERER_STYLES)])
+            title = f"s = {s}" if s else "no coding"
+            if len(rates) > 1:
+                title += f", lr {lr:g} (lr·L = {lr * float(panel.L.iloc[0]):.2g})"
+            ax.set_title(title)
+            ax.set_xlabel("simulated time (s)")
+            ax.set_ylabel(y_label)
+            style.log_if_positive(ax, panel[metric])
+    ax = axes[cols - 1]
     summary = table(times)
     for scheme in (c for c in SCHEMES if c in set(summary.coding)):
         rows = summary[summary.coding == scheme]
@@ -105,10 +144,15 @@ def main(argv=None) -> int:
                         f"else train_loss); choices: {', '.join(LABELS)}")
     p.add_argument("--orderers", nargs="+", default=None, metavar="NAME",
                    help="orderers to draw (default: every orderer in the files, one line style each)")
+    p.add_argument("--target", type=float, default=1e-3, metavar="VALUE",
+                   help="the metric value whose first simulated time the final table reports (default 1e-3)")
     args = style.parse(p, argv)
-    _, summary = plot(style.load(args.files), step_times(args.files), args.out, args.metric, args.orderers,
-                      args.band)
+    df = style.load(args.files)
+    _, summary = plot(df, step_times(args.files), args.out, args.metric, args.orderers, args.band)
     print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print()
+    print(finals(df[df.orderer.isin(args.orderers)] if args.orderers else df, args.metric, args.target)
+          .to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     return 0
 
 

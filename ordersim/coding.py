@@ -26,33 +26,63 @@ computes per step (what a straggler model multiplies its per-partition time by):
 | ``ignore-stragglers`` | I | 1 | first n_w − s | (n_w/(n_w−s)) Σ_{i∈I} g_i |
 | ``gc-fr`` | blocks of ones | s+1 | first response of every block (``wait="decodable"``, default) or first n_w − s | Σ_j g_j exactly |
 | ``gc-cr`` | cyclic, random | s+1 | first n_w − s | Σ_j g_j exactly (up to rounding) |
-| ``pgc-fr``, ``pgc-cr`` | as gc-fr / gc-cr | 1 (s+1 at step 0) | first n_w − s (default) | the stale combination below |
+| ``pgc-fr`` | as gc-fr | 1 (s+1 at step 0) | first n_w − s (default) | Σ_j g_j, each at its last step |
+| ``pgc-cr`` | cyclic, ones | 1 (s+1 at step 0) | first n_w − s | μ Σ_{i∈R} f_i, μ = n_w / ((n_w − s)(s+1)) |
+| ``pgc-fr-staggered`` | as gc-fr | 1 (s+1 at step 0) | first n_w − s (default) | as pgc-fr |
+| ``pgc-cr-exact`` | as gc-cr | 1 (s+1 at step 0) | first n_w − s | gc-cr's coefficients on stale messages |
 
 ignore-stragglers rescales by n_w/(n_w − s) so that the estimate is unbiased when the set of the
 s slowest workers is uniformly random (i.i.d. times); under persistent stragglers it is biased
 towards the fast workers' partitions, which is the point of comparing it with GC.
 
-Pipelined GC (``pgc-fr``, ``pgc-cr``; arXiv 2607.20739). Worker i's partitions are listed in a
-fixed order P_i = (P_i[0], …, P_i[s]): for CR, P_i[q] = (i + q) mod n_w; for FR, the s+1 partitions
-of its block in increasing order. At step 0 every worker computes all its s+1 partitions (the
-pipeline fill, load s+1). At step t >= 1 worker i computes only position q_i(t) = (t + r_i) mod (s+1)
-of its list at the current model, where r_i = 0 for CR and r_i = i mod (s+1) (its rank in the block)
-for FR, so that every partition is computed by exactly one of its s+1 holders at every step: the
-per-step compute equals uncoded SGD. Worker i keeps the most recent gradient of each of its
-partitions, h_i[j] = g_j(x_{τ_ij}) with τ_ij the last step <= t at which it computed j
-(t − τ_ij <= s), and sends f_i = Σ_j B_ij h_i[j]. Every worker computes every step (a late worker's
-result is late for the server, not lost for the worker). The server decodes with the same
-coefficients as the non-pipelined scheme (aᵀB_I = 1ᵀ), so the decoded vector is
+Pipelined GC (arXiv 2607.20739). ``pgc-fr`` and ``pgc-cr`` follow the authors' released code,
+``resnet18_cifar10.py`` of github.com/PipelinedGradientCoding/PipelinedGradientCoding (classes
+``PipelinedNetwork``, ``GC_FR``, ``Pipelined_GC_CR``; the paper's own text was not available to
+check these details against). ``pgc-fr-staggered`` and ``pgc-cr-exact`` are ordersim's variants.
 
-    Σ_{i∈I} a_i Σ_j B_ij g_j(x_{τ_ij})  =  Σ_j Σ_age weights[j, age] · g_j(x_{t−age}),
+Worker i's partitions are listed in a fixed order P_i = (P_i[0], …, P_i[s]): for CR,
+P_i[q] = (i + q) mod n_w; for FR, the s+1 partitions of its block in increasing order. At step 0
+every worker computes all its s+1 partitions (the pipeline fill, load s+1; the authors' code does
+this before its timed loop, we charge it to step 0). At step t >= 1 worker i computes only position
+q_i(t) = (t + r_i) mod (s+1) of its list, at the current model x_t. Worker i keeps the most recent
+gradient of each of its partitions, h_i[j] = g_j(x_{τ_ij}) with τ_ij the last step <= t at which it
+computed j (t − τ_ij <= s), and sends f_i = Σ_j B_ij h_i[j]. Every worker computes every step (a
+late worker's result is late for the server, not lost for the worker). In the simulator, g_j(x_τ)
+is partition j's gradient over its examples of step τ (a fresh minibatch per computation).
 
-an affine combination per partition (Σ_age weights[j, age] = 1 for every j). For FR the decoder takes
-the earliest responder of every block (coefficient 1).
+- ``pgc-cr`` (the authors' ``Pipelined_GC_CR``): r_i = 0, so at every step each partition is
+  computed by exactly one of its s+1 holders (worker j − q computes partition j at steps ≡ q), and
+  the holders' copies of a partition have the ages 0..s. B is the cyclic support with every
+  coefficient 1 (their ``dev`` = 0): f_i is the plain sum of worker i's s+1 latest gradients. The
+  server takes the first n_w − s responses R and decodes μ Σ_{i∈R} f_i, μ = n_w / ((n_w − s)(s+1))
+  (the authors then divide by n_w for the mean, as our update does). Not exact even on a fixed
+  model: partition j's weight is μ times the number of its holders in R, 1 on average when R is a
+  uniformly random set; after the fill every weight[j, age] is 0 or μ (one holder per age).
+- ``pgc-fr`` (the authors' ``PipelinedNetwork`` with ``GC_FR``): r_i = 0, so all s+1 members of a
+  block compute the same partition at a step (P[t mod (s+1)]) and send the same message; each
+  partition is computed once every s+1 steps (by all of its holders), and its examples of the
+  other steps enter no update (coverage 0). Decoding: the earliest responder of every block,
+  coefficient 1, among the first n_w − s (``wait="n-s"``, the authors' rule, default) or at the
+  first response of every block (``wait="decodable"``). The decoded vector is Σ_j g_j(x_{τ_j}),
+  each partition once at the step it was last computed, whoever responded.
+- ``pgc-fr-staggered`` (ours): as pgc-fr but r_i = i mod (s+1), the worker's rank in its block,
+  so that every partition is computed by exactly one holder at every step (each example's
+  gradient enters an update when its holder responds); the decoder's weights then depend on which
+  block member responded first.
+- ``pgc-cr-exact`` (ours): gc-cr's random Tandon et al. code B and its decoding coefficients
+  a (aᵀB_I = 1ᵀ) on the stale messages, so the decoded vector is
 
-CR construction (Tandon et al., Algorithm 2): H is an s × n_w matrix with i.i.d. N(0, 1) entries in
-its first n_w − 1 columns and last column minus their row sums (H·1 = 0); row i of B has support
-{i, …, i+s} mod n_w, B_ii = 1, and the other s entries solve H[:, S_i∖{i}] b = −H[:, i], so every
-row lies in null(H). Any n_w − s rows then span null(H) (dimension n_w − s, almost surely), which
+      Σ_{i∈I} a_i Σ_j B_ij g_j(x_{τ_ij})  =  Σ_j Σ_age weights[j, age] · g_j(x_{t−age}),
+
+  an affine combination per partition (Σ_age weights[j, age] = 1 for every j): exact on a fixed
+  model, but for n_w = 12 the weights reach |w| of tens (s = 1) to thousands (s = 3) and amplify
+  the differences between a partition's successive minibatch gradients, so with per-step
+  minibatches it converges far worse than pgc-cr or diverges (docs/stragglers.md, "Results").
+
+CR construction of gc-cr and pgc-cr-exact (Tandon et al., Algorithm 2): H is an s × n_w matrix
+with i.i.d. N(0, 1) entries in its first n_w − 1 columns and last column minus their row sums
+(H·1 = 0); row i of B has support {i, …, i+s} mod n_w, B_ii = 1, and the other s entries solve
+H[:, S_i∖{i}] b = −H[:, i], so every row lies in null(H). Any n_w − s rows then span null(H) (dimension n_w − s, almost surely), which
 contains 1, so B_Iᵀ a = 1 is solvable. Decoding solves it by least squares for the responders I,
 checks the residual ‖B_Iᵀ a − 1‖_∞ (DecodingWarning above 1e-8; ValueError above 1e-3: not
 decodable) and warns when cond(B_I) > ``cond_warn`` (default 1e8). At construction, when there are
@@ -414,30 +444,69 @@ class _Pipelined:
         return StepResult(gradient, t, arrival <= t, a != 0, a, weights, self.load_at(step))
 
 
+class _ScaledSumDecoder:
+    """The authors' pipelined-CR decoder: μ on each of the first n_w − s responders,
+    μ = n_w / ((n_w − s)(s+1))."""
+
+    def coefficients(self, first):
+        a = np.zeros(self.workers)
+        a[first] = self.workers / ((self.workers - self.s) * (self.s + 1))
+        return a
+
+
+def _cyclic_lists(workers, s):
+    """(n_w, s+1): P_i[q] = (i + q) mod n_w."""
+    return (np.arange(workers)[:, None] + np.arange(s + 1)[None, :]) % workers
+
+
 class PipelinedFR(_Pipelined, _FRDecoder, Scheme):
     name = "pgc-fr"
-    description = "pipelined GC, fractional repetition: one partition per worker per step, stale sums"
+    description = ("pipelined GC, fractional repetition (the authors' code): a block's members compute "
+                   "the same partition per step")
+    staggered = False
 
     def __init__(self, workers, s=1, seed=0, wait="n-s"):
         Scheme.__init__(self, workers, s, seed)
         self._init_fr(wait)
+        rank_in_block = np.arange(self.workers) % (self.s + 1)
         self._init_pipeline(np.stack([self.partitions(i) for i in range(self.workers)]),
-                            np.arange(self.workers) % (self.s + 1))
+                            rank_in_block if self.staggered else np.zeros(self.workers, dtype=np.int64))
 
 
-class PipelinedCR(_Pipelined, _CRDecoder, Scheme):
+class PipelinedFRStaggered(PipelinedFR):
+    name = "pgc-fr-staggered"
+    description = ("pipelined GC, fractional repetition, ordersim's variant: a block's members "
+                   "compute different partitions per step")
+    staggered = True
+
+
+class PipelinedCR(_Pipelined, _ScaledSumDecoder, Scheme):
     name = "pgc-cr"
-    description = "pipelined GC, cyclic repetition: one partition per worker per step, stale sums"
+    description = ("pipelined GC, cyclic repetition (the authors' code): plain sums of stale "
+                   "gradients, scaled sum of the first n - s")
+
+    def __init__(self, workers, s=1, seed=0):
+        Scheme.__init__(self, workers, s, seed)
+        cyclic = _cyclic_lists(self.workers, self.s)
+        self.B = np.zeros((self.workers, self.workers))
+        np.put_along_axis(self.B, cyclic, 1.0, axis=1)
+        self._init_pipeline(cyclic, np.zeros(self.workers, dtype=np.int64))
+
+
+class PipelinedCRExact(_Pipelined, _CRDecoder, Scheme):
+    name = "pgc-cr-exact"
+    description = ("pipelined GC, cyclic repetition, ordersim's variant: Tandon et al.'s code and "
+                   "exact decoding on stale messages")
 
     def __init__(self, workers, s=1, seed=0, cond_warn=1e8):
         Scheme.__init__(self, workers, s, seed)
         self._init_cr(cond_warn)
-        cyclic = (np.arange(self.workers)[:, None] + np.arange(self.s + 1)[None, :]) % self.workers
-        self._init_pipeline(cyclic, np.zeros(self.workers, dtype=np.int64))
+        self._init_pipeline(_cyclic_lists(self.workers, self.s), np.zeros(self.workers, dtype=np.int64))
 
 
 SCHEMES: dict[str, type[Scheme]] = {
-    cls.name: cls for cls in (WaitAll, IgnoreStragglers, GCFR, GCCR, PipelinedFR, PipelinedCR)
+    cls.name: cls for cls in (WaitAll, IgnoreStragglers, GCFR, GCCR, PipelinedFR, PipelinedCR,
+                               PipelinedFRStaggered, PipelinedCRExact)
 }
 
 

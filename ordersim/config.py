@@ -85,9 +85,10 @@ class Config:
                                     "latency (s) and bandwidth (bytes/s) set the communication model",
                                     default_factory=dict)
     coding: str = _help("straggler mitigation (needs stragglers): wait-all, gc-fr, gc-cr (exact: the "
-                        "clock only), ignore-stragglers, pgc-fr, pgc-cr (the update is the scheme's "
-                        "decoded gradient; docs/stragglers.md)", default="wait-all")
-    coding_s: int = _help("stragglers s the coding tolerates, < workers (gc-fr and pgc-fr need "
+                        "clock only), ignore-stragglers, pgc-fr, pgc-cr (pipelined GC as its authors' code "
+                        "builds it), pgc-fr-staggered, pgc-cr-exact (ordersim's variants) (the update is "
+                        "the scheme's decoded gradient; docs/stragglers.md)", default="wait-all")
+    coding_s: int = _help("stragglers s the coding tolerates, < workers (gc-fr and the pgc-fr schemes need "
                           "(s+1) | workers)", default=1)
     checkpoint_every: int = _help("also write a checkpoint every K epochs (0 = only when SIGTERM or "
                                   "SIGUSR1 arrives); resume with --resume", default=0)

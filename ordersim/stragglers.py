@@ -454,7 +454,7 @@ class StragglerClock:
 # without stragglers) and only the clock runs. Decoded schemes change the update itself: the model
 # moves along the scheme's decoded gradient (Run's coded path, engine.apply_coded_update).
 EXACT_SCHEMES = ("wait-all", "gc-fr", "gc-cr")
-DECODED_SCHEMES = ("ignore-stragglers", "pgc-fr", "pgc-cr")
+DECODED_SCHEMES = ("ignore-stragglers", "pgc-fr", "pgc-cr", "pgc-fr-staggered", "pgc-cr-exact")
 INTEGRATED_SCHEMES = EXACT_SCHEMES + DECODED_SCHEMES
 COMM_OPTIONS = ("latency", "bandwidth")
 

@@ -20,7 +20,7 @@ def traces(tmp_path_factory):
     out = tmp_path_factory.mktemp("stragglers")
     paths = []
     for coding, s in (("wait-all", 1), ("ignore-stragglers", 1), ("pgc-fr", 1), ("gc-cr", 1), ("pgc-cr", 1),
-                      ("pgc-cr", 2), ("gc-cr", 2), ("ignore-stragglers", 3)):
+                      ("pgc-cr", 2), ("gc-cr", 2), ("ignore-stragglers", 3), ("pgc-cr-exact", 1)):
         path = out / f"{coding}_{s}.h5"
         result = run_serial([*COMMON, "--coding", coding, "--coding-s", str(s), "--out", str(path)])
         assert result.returncode == 0, result.stderr
@@ -53,6 +53,15 @@ def test_stragglers_script(traces, tmp_path, capsys):
     # GC computes s+1 partitions per worker per step: slower than pipelined GC at the same s
     assert by[("gc-cr", 1)] > by[("pgc-cr", 1)] and by[("gc-cr", 2)] > by[("pgc-cr", 2)]
     assert by[("ignore-stragglers", 3)] < by[("wait-all", 0)]
+    # the final table: one row per (lr, coding, s, orderer), the last epoch's mean over the seeds
+    df = stragglers.style.load(traces)
+    final = stragglers.finals(df, "train_loss", target=float("inf"))
+    assert len(final) == 9 * 2 and set(final.orderer) == {"rr", "cd-grab"}
+    row = final[(final.coding == "pgc-cr") & (final.coding_s == 2) & (final.orderer == "rr")].iloc[0]
+    runs = df[(df.coding == "pgc-cr") & (df.coding_s == 2) & (df.orderer == "rr")]
+    last = runs[runs.epoch == runs.epoch.max()].train_loss
+    assert row.final == pytest.approx(last.mean()) and row.final_min == last.min()
+    assert row.time_to_target == 0.0  # every run starts below an infinite target
     assert stragglers.main([*traces, "--out", str(tmp_path / "one"), "--orderers", "cd-grab",
                             "--metric", "train_loss", "--dpi", "60"]) == 0
     written(tmp_path / "one", "stragglers")

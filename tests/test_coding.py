@@ -110,76 +110,115 @@ def test_step_times_match_step(name):
     np.testing.assert_array_equal(scheme.step_times(T), times)
 
 
-def reference_pipelined(scheme_name, n, s, Gs, arrivals, seed):
-    """Independent NumPy reference of the documented stale combination, step by step."""
-    fr = scheme_name == "pgc-fr"
-    base = make_scheme("gc-fr" if fr else "gc-cr", n, s, seed=seed,
-                       **({"wait": "n-s"} if fr else {}))
-    B = base.B
+PIPELINED = ["pgc-fr", "pgc-cr", "pgc-fr-staggered", "pgc-cr-exact"]
+
+
+def reference_pipelined_step(name, n, s, arrival, t, seed):
+    """Independent NumPy reference of one pipelined step's decode, written from the definitions in
+    ordersim/coding.py's docstring (pgc-fr, pgc-cr: the authors' resnet18_cifar10.py): returns
+    (weights (n, s+1), a (n,), terms) where terms lists (a_i B_ij, j, tau) of every partition copy
+    the decoder uses, worker by worker, list position by list position (the order the scheme adds
+    them in, so that the weights compare bit for bit)."""
+    fr = name.startswith("pgc-fr")
     if fr:
-        lists = [np.flatnonzero(B[i]) for i in range(n)]
-        offsets = [i % (s + 1) for i in range(n)]
+        lists = [[(i // (s + 1)) * (s + 1) + q for q in range(s + 1)] for i in range(n)]
+        offsets = [i % (s + 1) if name == "pgc-fr-staggered" else 0 for i in range(n)]
     else:
         lists = [[(i + q) % n for q in range(s + 1)] for i in range(n)]
         offsets = [0] * n
-    out = []
-    for t in range(len(Gs)):
-        first = list(np.argsort(arrivals[t], kind="stable")[:n - s])
-        if fr:
-            a, seen = np.zeros(n), set()
-            for i in first:
-                if i // (s + 1) not in seen:
-                    seen.add(i // (s + 1))
-                    a[i] = 1.0
-        else:
-            sol = np.linalg.lstsq(B[first].T, np.ones(n), rcond=None)[0]
-            a = np.zeros(n)
-            a[first] = sol
-        total = np.zeros(Gs.shape[2])
-        for i in np.flatnonzero(a):
-            for q, j in enumerate(lists[i]):
-                # last step <= t at which worker i computed its q-th partition
-                tau = max(u for u in range(t + 1) if u == 0 or (u + offsets[i]) % (s + 1) == q)
-                assert t - tau <= s
-                total += a[i] * B[i, j] * Gs[tau, j]
-        out.append(total)
-    return np.array(out)
+    B = np.zeros((n, n))
+    for i in range(n):
+        B[i, lists[i]] = 1.0
+    if name == "pgc-cr-exact":
+        B = make_scheme("gc-cr", n, s, seed=seed).B  # Tandon et al.'s random code (tested above)
+    first = list(np.argsort(arrival, kind="stable")[:n - s])
+    a = np.zeros(n)
+    if fr:  # the earliest responder of every block, coefficient 1
+        seen = set()
+        for i in first:
+            if i // (s + 1) not in seen:
+                seen.add(i // (s + 1))
+                a[i] = 1.0
+    elif name == "pgc-cr":  # the authors' scaled sum
+        a[first] = n / ((n - s) * (s + 1))
+    else:  # exact decoding, solved in worker order
+        ordered = sorted(first)
+        a[ordered] = np.linalg.lstsq(B[ordered].T, np.ones(n), rcond=None)[0]
+    weights = np.zeros((n, s + 1))
+    terms = []
+    for i in np.flatnonzero(a):
+        for q, j in enumerate(lists[i]):
+            # the last step <= t at which worker i computed its q-th partition (0: the fill)
+            tau = max(u for u in range(t + 1) if u == 0 or (u + offsets[i]) % (s + 1) == q)
+            assert t - tau <= s
+            weights[j, t - tau] += a[i] * B[i, j]
+            terms.append((a[i] * B[i, j], j, tau))
+    return weights, a, terms
 
 
-@pytest.mark.parametrize("name,n,s", [("pgc-fr", 6, 2), ("pgc-fr", 4, 1), ("pgc-cr", 6, 2), ("pgc-cr", 5, 1)])
-def test_pipelined_equals_documented_stale_combination(name, n, s):
+@pytest.mark.parametrize("name,n,s", [("pgc-fr", 6, 2), ("pgc-fr", 4, 1), ("pgc-cr", 6, 2), ("pgc-cr", 5, 1),
+                                      ("pgc-cr", 12, 3), ("pgc-fr-staggered", 6, 2),
+                                      ("pgc-fr-staggered", 4, 1), ("pgc-cr-exact", 6, 2),
+                                      ("pgc-cr-exact", 5, 1)])
+def test_pipelined_equals_numpy_reference(name, n, s):
     rng = np.random.default_rng(7)
     steps, d = 12, 3
     Gs = rng.standard_normal((steps, n, d))
     arrivals = rng.exponential(1.0, (steps, n))
     scheme = make_scheme(name, n, s, seed=5)
-    ref = reference_pipelined(name, n, s, Gs, arrivals, seed=5)
+    pure = make_scheme(name, n, s, seed=5)
     for t in range(steps):
+        weights, a, terms = reference_pipelined_step(name, n, s, arrivals[t], t, seed=5)
         r = scheme.step(Gs[t], arrivals[t], t)
-        assert rel_err(r.gradient, ref[t]) < 1e-10
+        np.testing.assert_array_equal(r.coefficients, a)
+        np.testing.assert_array_equal(r.weights, weights)
+        np.testing.assert_array_equal(pure.step_weights(arrivals[t], t)[0], weights)
+        decoded = sum(c * Gs[tau, j] for c, j, tau in terms)  # Σ_i a_i f_i from the stale messages
+        assert rel_err(r.gradient, decoded) < 1e-12
         assert r.load == (s + 1 if t == 0 else 1)
-        # weights: an affine combination per partition, and they reproduce the gradient
-        np.testing.assert_allclose(r.weights.sum(axis=1), 1.0, atol=1e-9)
-        recon = sum(r.weights[j, age] * Gs[t - age, j] for j in range(n) for age in range(s + 1)
-                    if t - age >= 0)
-        assert rel_err(recon, r.gradient) < 1e-10
-        if t >= 1:  # every partition computed by exactly one of its holders: load of uncoded SGD
-            computed = scheme.plist[scheme.computes(t)]
+        if t == 0:
+            continue
+        computed = scheme.plist[scheme.computes(t)]
+        assert scheme.computes(t).sum(axis=1).tolist() == [1] * n  # one partition per worker
+        if name == "pgc-fr":  # all members of a block compute the same partition
+            assert computed.tolist() == [(i // (s + 1)) * (s + 1) + t % (s + 1) for i in range(n)]
+        else:  # every partition computed by exactly one of its holders: the load of uncoded SGD
             assert sorted(computed) == list(range(n))
     with pytest.raises(ValueError, match="in order"):
         scheme.step(Gs[0], arrivals[0], steps + 3)
 
 
-@pytest.mark.parametrize("name", ["pgc-fr", "pgc-cr"])
-def test_pipelined_on_a_fixed_model_is_exact(name):
-    # when the gradients do not change between steps, staleness costs nothing
+@pytest.mark.parametrize("name", PIPELINED)
+def test_pipelined_weights_per_partition(name):
+    """pgc-fr, pgc-fr-staggered and pgc-cr-exact give every partition total weight 1 (exact on a
+    fixed model); pgc-cr gives μ per responding holder, one holder per age after the fill."""
     n, s = 6, 2
+    mu = n / ((n - s) * (s + 1))
     rng = np.random.default_rng(8)
     G = rng.standard_normal((n, 4))
     scheme = make_scheme(name, n, s, seed=0)
     for t in range(8):
         r = scheme.step(G, rng.random(n), t)
-        assert rel_err(r.gradient, G.sum(0)) < 1e-10
+        if name == "pgc-cr":
+            count = np.bincount([j for j in range(n) for q in range(s + 1) if r.used[(j - q) % n]],
+                                minlength=n)
+            np.testing.assert_allclose(r.weights.sum(axis=1), mu * count, rtol=1e-15)
+            if t >= s:
+                assert set(np.unique(r.weights)) <= {0.0, mu}
+            np.testing.assert_allclose(r.weights.sum(), n, rtol=1e-14)  # n − s responders × (s+1) × μ
+            assert rel_err(r.gradient, mu * (scheme.B[r.used] @ G).sum(axis=0)) < 1e-12
+        else:
+            np.testing.assert_allclose(r.weights.sum(axis=1), 1.0, atol=1e-9)
+            assert rel_err(r.gradient, G.sum(0)) < 1e-10
+
+
+def test_authors_cr_code_is_cyclic_ones():
+    n, s = 7, 3
+    scheme = make_scheme("pgc-cr", n, s)
+    for i in range(n):
+        assert sorted(np.flatnonzero(scheme.B[i])) == sorted((i + q) % n for q in range(s + 1))
+    assert set(np.unique(scheme.B)) == {0.0, 1.0}
+    np.testing.assert_array_equal(make_scheme("pgc-cr", n, 0).B, np.eye(n))
 
 
 def test_cr_warns_on_poor_conditioning_and_refuses_undecodable_sets():
