@@ -26,8 +26,9 @@ class NotATrace(Exception):
     """A file that is not an ordersim run trace; the message says why, to follow "FILE ..."."""
 
 
-def trace_root(path: str, locking: bool = True) -> dict:
-    """The root attributes of the run trace at `path` (an existing file), or NotATrace."""
+def trace_root(path: str, locking: bool | None = None) -> dict:
+    """The root attributes of the run trace at `path` (an existing file), or NotATrace. `locking`
+    as h5py's (None: HDF5's default, HDF5_USE_FILE_LOCKING respected)."""
     if not h5py.is_hdf5(path):
         raise NotATrace("is not an HDF5 file")
     try:
