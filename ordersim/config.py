@@ -101,8 +101,11 @@ class Config:
                           "(through shared memory when all ranks are on one node, else "
                           "MPI_Allgather) or allgather (always); the traces are the same",
                           default="auto")
-    out: str = _help("output HDF5 file ('' = ordersim-<UTC time>.h5 in the current directory)",
-                     default="")
+    out: str = _help("output HDF5 file ('' = ordersim-<UTC time>.h5 in the current directory); an "
+                     "existing file is refused unless it is an ordersim trace and --overwrite or "
+                     "--resume is given, and so is the run's own input file", default="")
+    overwrite: bool = _help("replace an existing ordersim trace at out (never any other file); with "
+                            "--resume, a trace that can be continued is continued", default=False)
     cache_dir: str = _help("directory for cached problem constants ('' = ~/.cache/ordersim or "
                            "$ORDERSIM_CACHE)", default="")
     quiet: bool = _help("print only the summary table", default=False)
@@ -212,3 +215,17 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
         if isinstance(value, list):
             values[name] = [part for item in value for part in item.split(",") if part]
     return values
+
+
+def flags_for(values: dict) -> list[str]:
+    """The command-line flags that set `values` (field: value, as overrides_from_args gives them)."""
+    argv = []
+    for name, value in values.items():
+        flag, kind = "--" + name.replace("_", "-"), FIELDS[name].type
+        if kind is bool:
+            argv.append(flag if _coerce(name, value) else "--no-" + flag[2:])
+        elif kind is list:
+            argv += [flag, *map(str, value)]
+        else:
+            argv += [flag, value if isinstance(value, str) else json.dumps(value)]
+    return argv

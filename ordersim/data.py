@@ -96,6 +96,15 @@ def _parse_spec(spec: str) -> tuple[str, str, dict]:
     return source, rest, options
 
 
+def spec_file(spec: str) -> str | None:
+    """The file a data spec reads (libsvm:, csv:, npz:, hdf5:), or None (also for a bad spec)."""
+    try:
+        source, name, _ = _parse_spec(spec)
+    except ValueError:
+        return None
+    return name if source in FILE_OPTIONS else None
+
+
 def _check_keys(spec: str, options: dict, allowed) -> None:
     unknown = sorted(set(options) - set(allowed))
     if unknown:

@@ -15,7 +15,8 @@ from ordersim.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from ordersim.checkpoint import load as load_checkpoint
 from ordersim.cli import commands_help
 from ordersim.config import ConfigError, add_arguments, build_config, overrides_from_args
-from ordersim.sweep import config_cells, select_cell
+from ordersim.output import OutputLock, input_files, same_file
+from ordersim.sweep import Cell, config_cells, select_cell
 
 DESCRIPTION = f"""\
 Synchronous data-parallel SGD over m workers with each orderer and seed; traces go to one HDF5 file
@@ -23,8 +24,13 @@ Synchronous data-parallel SGD over m workers with each orderer and seed; traces 
 (m a multiple of K); alone, the serial backend simulates all workers in one process. Without a
 config file, the built-in default experiment runs: logistic regression on scikit-learn's
 breast_cancer data, rr, d-grab and cd-grab, 3 seeds. Every config field can be set in the TOML
-file or by its flag (flags win). A config with a [sweep] table runs every cell into its own file,
-or only cell I with --cell I (or SLURM_ARRAY_TASK_ID): see `python -m ordersim sweep --help`.
+file or by its flag (flags win). A config with a [sweep] table runs every cell into its own file
+under --out or its `out`, or only cell I with --cell I (or SLURM_ARRAY_TASK_ID); a swept field
+given as a flag is not swept (fewer cells, indices of the smaller sweep; none left: a plain run):
+see `python -m ordersim sweep --help`. An existing trace at --out is replaced only with --overwrite
+or continued with --resume; any other existing file is never written over, nor the run's input
+data. A second run writing the same --out while the first is running is refused (exit 2): rank 0
+holds a lock on <out>.lock for the whole run.
 SIGTERM or SIGUSR1 (Slurm's warning) makes every rank stop at the next epoch boundary, write a
 checkpoint next to the trace and exit with code {EXIT_CHECKPOINTED}; run again with --resume.
 One Numba/BLAS thread per rank unless NUMBA_NUM_THREADS / OMP_NUM_THREADS say otherwise."""
@@ -40,7 +46,9 @@ def parser() -> argparse.ArgumentParser:
                         "set, else every cell in turn)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint next to the output file (<out>.ckpt) if there "
-                        "is one, else start from the beginning; the config must be the same")
+                        "is one, else start from the beginning (a trace of this config is then "
+                        "replaced; one of another config only with --overwrite); the config must be "
+                        "the same")
     add_arguments(p)
     return p
 
@@ -58,21 +66,33 @@ def main(argv: list[str]) -> int:
 def _main(args, comm, size) -> int:
     rank = comm.Get_rank() if comm is not None else 0
     try:
-        runs = [({}, None)]
+        flags = overrides_from_args(args)
+        runs = [(flags, None)]
         if args.config:
-            runs = select_cell(config_cells(args.config), args.config, args.cell)
+            runs = select_cell(config_cells(args.config, flags), args.config, args.cell)
     except ConfigError as err:
         if rank == 0:
             print(f"ordersim: error: {err}", file=sys.stderr, flush=True)
         return 2
     for values, cell in runs:  # one run, or every cell of a sweep in turn
-        status = run_config({**values, **overrides_from_args(args)}, args.resume, comm, size, rank, cell)
+        status = run_config(values, args.resume, comm, size, rank, cell)
         if status:
             return status
     return 0
 
 
-def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: dict | None) -> int:
+def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: Cell | None) -> int:
+    """One run (or sweep cell); rank 0 holds the output file's lock from before any write to it
+    until the end (ordersim/output.py)."""
+    lock = OutputLock()
+    try:
+        return run_locked(values, resume, comm, size, rank, cell, lock)
+    finally:
+        lock.release()
+
+
+def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cell | None,
+               lock: OutputLock) -> int:
     from ordersim.simulate import (Checkpointed, check_fields, check_output, default_out_path,
                                    prepare, run_experiment, summary_table)
 
@@ -92,7 +112,9 @@ def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: dic
         backend = (MPIBackend(config.workers, comm, config.exchange) if config.backend == "mpi"
                    else SerialBackend(config.workers))
         out = backend.bcast(config.out or default_out_path())
-        error = check_output(out) if rank == 0 else None
+        error = None
+        if rank == 0:  # the lock first: nothing may touch a file another run is writing
+            error = lock.acquire(out) or check_output(out) or existing_output_error(out, config, resume)
         state, complete = None, False
         if resume and rank == 0 and error is None:
             complete = trace_is_complete(out, config)
@@ -116,7 +138,7 @@ def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: dic
               f"{config.workers} workers holds {setup.n} (recorded as 'dropped_examples' in the trace)",
               file=sys.stderr, flush=True)
     if rank == 0 and not config.quiet:
-        where = f" (sweep cell {json.dumps(cell)})" if cell else ""
+        where = f" (sweep cell {cell.index}: {json.dumps(cell.params)})" if cell else ""
         print(f"ordersim: {config.problem} on {config.data}{where}: m = {config.workers} workers x "
               f"n = {setup.n} examples, d = {setup.problem.dim}, b = {config.batch}, {config.epochs} "
               f"epochs, backend {config.backend} on {backend.size} rank(s)", flush=True)
@@ -140,13 +162,44 @@ def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: dic
     return 0
 
 
-RESULT_NEUTRAL = ("quiet", "exchange")  # fields that change no value in the trace
+RESULT_NEUTRAL = ("quiet", "exchange", "overwrite")  # fields that change no value in the trace
 
 
 def config_differences(saved_json: str, config) -> list[str]:
     """Fields (other than RESULT_NEUTRAL ones) in which config differs from a saved config's JSON."""
     saved, current = json.loads(saved_json), json.loads(config.to_json())
     return sorted(k for k in current if k not in RESULT_NEUTRAL and saved.get(k) != current[k])
+
+
+def existing_output_error(out: str, config, resume: bool) -> str | None:
+    """Why the run must not write `out`, or None: it is one of the run's input files, an existing
+    file other than an ordersim run trace (an empty file holds nothing to lose), a trace without
+    --overwrite or --resume, or, under --resume without --overwrite, a trace of another config
+    that no checkpoint continues."""
+    from ordersim.trace import NotATrace, trace_root
+
+    for what, path in input_files(config):
+        if same_file(out, path):
+            return (f"config field 'out': {out!r} is the run's {what} ({path!r}); choose another "
+                    f"--out")
+    if not os.path.exists(out) or not os.path.getsize(out):
+        return None
+    try:
+        root = trace_root(out, config.hdf5_locking)
+    except NotATrace as why:
+        return (f"config field 'out': {out!r} exists and {why}; ordersim replaces only its own "
+                f"traces: choose another --out or remove the file")
+    if config.overwrite:
+        return None
+    if not resume:
+        return (f"config field 'out': {out!r} already holds an ordersim trace; pass --overwrite to "
+                f"replace it or --resume to continue it")
+    differ = config_differences(root["config"], config)
+    if differ and not os.path.exists(checkpoint_path(out)):
+        return (f"--resume: {out!r} holds a trace of another config (it differs in "
+                f"{', '.join(differ)}) and there is no checkpoint to continue; pass --overwrite to "
+                f"replace it or choose another --out")
+    return None
 
 
 def trace_is_complete(out: str, config) -> bool:

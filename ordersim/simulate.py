@@ -485,12 +485,13 @@ class Checkpointed(Exception):
 
 def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: str,
                    stop: StopRequest | None = None, resume: dict | None = None,
-                   cell: dict | None = None) -> dict:
+                   cell=None) -> dict:
     """Every (orderer, seed) run; returns {orderer: [final records]} for the summary table.
 
     With `resume` (a loaded checkpoint) the trace is cut back to the checkpoint and the plan goes
     on from there. When `stop` was requested, or every `checkpoint_every` epochs, the ranks write
-    a checkpoint at an epoch boundary; after a stop request, Checkpointed is raised.
+    a checkpoint at an epoch boundary; after a stop request, Checkpointed is raised. `cell` (a
+    sweep.Cell) is recorded in the trace's root attributes.
     """
     plan = [(orderer, seed) for orderer in config.orderers for seed in config.seeds]
     position, run_states = 0, None
@@ -572,7 +573,7 @@ def open_trace(config, backend, setup, out, plan, resume, cell):
         config=config.to_json(), ranks=backend.size, backend=config.backend,
         exchange=backend.exchange, hosts=hosts,
         problem=config.problem, data=config.data, dropped_examples=setup.dropped,
-        data_info=setup.data_info, **({"sweep_cell": cell} if cell else {})),
+        data_info=setup.data_info, **(cell.trace_attrs() if cell else {})),
         locking=config.hdf5_locking)
     writer.add_array("shards", setup.shards)
     if setup.constants.get("x_star") is not None:

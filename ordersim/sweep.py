@@ -6,13 +6,19 @@
 
 The cells are the cartesian product, in the order the fields are written, the last field varying
 fastest (cell 0: workers 2, lr 0.1; cell 1: workers 2, lr 0.3; ...). Cell i writes its own trace
-`<out>/cell_<i>.h5`, where <out> is the config's `out` without `.h5` (default: `sweep-<config
-name>`). A cell depends only on its own parameters (its seeds are the config's `seeds`, its data
-split the config's `data_seed`), so re-running one cell reproduces it exactly.
+`<out>/cell_<i>.h5`, where <out> is --out or the config's `out`, without `.h5` (default:
+`sweep-<config name>`). A cell depends only on its own parameters (its seeds are the config's
+`seeds`, its data split the config's `data_seed`), so re-running one cell reproduces it exactly.
 
-`python -m ordersim sweep CONFIG.toml` prints the cells; `--write-array FILE` writes a Slurm
-job-array script whose task i runs cell i (`python -m ordersim run CONFIG.toml --cell i`, or with
-SLURM_ARRAY_TASK_ID set); `python -m ordersim merge FILES --out table.csv` joins the cells' traces.
+A field given on the command line (`--coding pgc-cr`) is no longer swept: its axis goes, and the
+cells, their indices (--cell, SLURM_ARRAY_TASK_ID) and their files are those of the sweep over the
+remaining axes; with no axis left the config is one plain run into --out or its `out`.
+
+`python -m ordersim sweep CONFIG.toml [FIELD FLAGS]` prints the cells (the flags are those of
+`python -m ordersim run`); `--write-array FILE` writes a Slurm job-array script whose task i runs
+cell i (`python -m ordersim run CONFIG.toml [FIELD FLAGS] --cell i`, or with SLURM_ARRAY_TASK_ID
+set); `python -m ordersim merge FILES --out table.csv` joins the cells' traces and names the cells
+missing from them (each cell's trace records its index and the sweep's cell count).
 """
 
 import argparse
@@ -21,9 +27,11 @@ import json
 import os
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from ordersim.config import FIELDS, ConfigError, read_toml
+from ordersim.config import (FIELDS, ConfigError, add_arguments, build_config, flags_for,
+                             overrides_from_args, read_toml)
 
 
 def split_sweep(raw: dict, path: str) -> tuple[dict, dict]:
@@ -48,20 +56,40 @@ def cells(sweep: dict) -> list[dict]:
     return [dict(zip(names, combo)) for combo in itertools.product(*(sweep[n] for n in names))]
 
 
+@dataclass(frozen=True)
+class Cell:
+    """Cell `index` of a sweep of `count` cells over the axes `sweep`: its parameters `params`."""
+
+    index: int
+    count: int
+    params: dict
+    sweep: dict
+
+    def trace_attrs(self) -> dict:
+        """What a cell's trace records of it (docs/trace-format.md); merge reads it back."""
+        return dict(sweep_cell=self.params, sweep_cell_index=self.index, sweep_cells=self.count,
+                    sweep=self.sweep)
+
+
 def cell_out(base_out: str, config_path: str, index: int) -> str:
     directory = base_out[:-3] if base_out.endswith(".h5") else base_out
     directory = directory or f"sweep-{Path(config_path).stem}"
     return os.path.join(directory, f"cell_{index:04d}.h5")
 
 
-def config_cells(config_path: str) -> list[tuple[dict, dict | None]]:
-    """The runs a config file stands for: [(values, cell parameters)], one per sweep cell (each
-    with its own `out`), or [(values, None)] when the file has no [sweep] table."""
+def config_cells(config_path: str, flags: dict | None = None) -> list[tuple[dict, Cell | None]]:
+    """The runs a config file stands for with the command line's field values `flags` on top:
+    [(values, cell)], one per sweep cell (each with its own `out` under the flags' or the config's
+    `out`), or [(values, None)] when there is no sweep. A field set by a flag is no longer swept:
+    the sweep keeps the other axes, and with none left the config is one plain run."""
     raw, sweep = split_sweep(read_toml(config_path), config_path)
+    values = {**raw, **(flags or {})}
+    sweep = {name: axis for name, axis in sweep.items() if name not in (flags or {})}
     if not sweep:
-        return [(raw, None)]
-    return [(dict(raw, **cell, out=cell_out(raw.get("out", ""), config_path, i)), cell)
-            for i, cell in enumerate(cells(sweep))]
+        return [(values, None)]
+    table = cells(sweep)
+    return [(dict(values, **params, out=cell_out(values.get("out", ""), config_path, i)),
+             Cell(i, len(table), params, sweep)) for i, params in enumerate(table)]
 
 
 def select_cell(runs: list, config_path: str, cell: int | None) -> list:
@@ -72,7 +100,8 @@ def select_cell(runs: list, config_path: str, cell: int | None) -> list:
     if cell is None:
         return runs
     if not sweep:
-        raise ConfigError(f"--cell {cell}: config file {config_path!r} has no [sweep] table")
+        raise ConfigError(f"--cell {cell}: config file {config_path!r} has no [sweep] table (or the "
+                          f"command line sets every field it sweeps)")
     if not 0 <= cell < len(runs):
         raise ConfigError(f"--cell {cell} is out of range: config file {config_path!r} has "
                           f"{len(runs)} cells (0..{len(runs) - 1})")
@@ -100,17 +129,18 @@ export NUMBA_CACHE_DIR="${{TMPDIR:-/tmp}}/ordersim-numba-$SLURM_JOB_ID"
 cd {workdir}
 # Slurm sends USR1 to the ranks 120 s before the time limit (SIGTERM on preemption): ordersim
 # checkpoints at the next epoch boundary and exits 3; the task is requeued and --resume goes on.
-srun --mpi=pmi2 {python} -m ordersim run {config} --cell "$SLURM_ARRAY_TASK_ID" --resume
+srun --mpi=pmi2 {python} -m ordersim run {config}{flags} --cell "$SLURM_ARRAY_TASK_ID" --resume
 status=$?
 if [ "$status" -eq 3 ]; then scontrol requeue "${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"; fi
 exit "$status"
 """
 
 
-def write_array_script(path: str, config_path: str, count: int, out_dir: str, ntasks: int,
-                       time_limit: str, partition: str | None) -> None:
+def write_array_script(path: str, config_path: str, flags: list[str], count: int, out_dir: str,
+                       ntasks: int, time_limit: str, partition: str | None) -> None:
     extra = f"#SBATCH --partition={partition}" if partition else ""
     text = ARRAY_TEMPLATE.format(config=shlex.quote(config_path), count=count, last=count - 1,
+                                 flags="".join(" " + shlex.quote(flag) for flag in flags),
                                  ntasks=ntasks, time=time_limit, outdir=out_dir, extra=extra,
                                  workdir=shlex.quote(os.getcwd()), python=shlex.quote(sys.executable))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -127,33 +157,37 @@ def main(argv: list[str]) -> int:
                    help="MPI ranks per array task (must divide every cell's workers; default 1: the "
                         "serial backend simulates all workers in one process)")
     p.add_argument("--time", default="01:00:00", help="time limit per array task (default 01:00:00)")
-    p.add_argument("--partition", default=None, help="Slurm partition (default: the cluster's)")
+    p.add_argument("--slurm-partition", default=None, metavar="P",
+                   help="Slurm partition (default: the cluster's; --partition is the config field)")
+    add_arguments(p)
     args = p.parse_args(argv)
+    flags = overrides_from_args(args)
     try:
-        raw, sweep = split_sweep(read_toml(args.config), args.config)
-        if not sweep:
-            raise ConfigError(f"config file {args.config!r} has no [sweep] table")
+        runs = config_cells(args.config, flags)
+        if runs[0][1] is None:
+            raise ConfigError(f"config file {args.config!r} has no [sweep] table (or the command line "
+                              f"sets every field it sweeps)")
         if args.ntasks < 1:
             raise ConfigError(f"--ntasks must be >= 1, got {args.ntasks}")
-        all_cells = cells(sweep)
-        for i, cell in enumerate(all_cells):
-            workers = int(cell.get("workers", raw.get("workers", 0)) or args.ntasks)
+        for values, cell in runs:
+            workers = build_config({"workers": values.get("workers", 0)}).workers or args.ntasks
             if workers % args.ntasks:
-                raise ConfigError(f"--ntasks {args.ntasks} does not divide cell {i}'s workers = {workers}")
+                raise ConfigError(f"--ntasks {args.ntasks} does not divide cell {cell.index}'s "
+                                  f"workers = {workers}")
     except ConfigError as err:
         print(f"ordersim: error: {err}", file=sys.stderr)
         return 2
-    names = list(sweep)
-    widths = [max(len(n), *(len(json.dumps(c[n])) for c in all_cells)) for n in names]
+    names = list(runs[0][1].sweep)
+    widths = [max(len(n), *(len(json.dumps(c.params[n])) for _, c in runs)) for n in names]
     print(f"{'cell':>5}  " + "  ".join(f"{n:>{w}}" for n, w in zip(names, widths)) + "  output")
-    for i, cell in enumerate(all_cells):
-        print(f"{i:>5}  " + "  ".join(f"{json.dumps(cell[n]):>{w}}" for n, w in zip(names, widths))
-              + f"  {cell_out(raw.get('out', ''), args.config, i)}")
-    print(f"{len(all_cells)} cells -> {len(all_cells)} array tasks")
+    for values, cell in runs:
+        print(f"{cell.index:>5}  " + "  ".join(f"{json.dumps(cell.params[n]):>{w}}"
+                                              for n, w in zip(names, widths)) + f"  {values['out']}")
+    print(f"{len(runs)} cells -> {len(runs)} array tasks")
     if args.write_array:
-        out_dir = os.path.dirname(cell_out(raw.get("out", ""), args.config, 0))
-        write_array_script(args.write_array, args.config, len(all_cells), out_dir, args.ntasks,
-                           args.time, args.partition)
+        write_array_script(args.write_array, args.config, flags_for(flags), len(runs),
+                           os.path.dirname(runs[0][0]["out"]), args.ntasks, args.time,
+                           args.slurm_partition)
         print(f"wrote {args.write_array}: submit with `sbatch {args.write_array}`")
     return 0
 
@@ -162,17 +196,36 @@ def merge_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m ordersim merge",
                                 description="Join trace files (e.g. a sweep's cells) into one tidy "
                                             "table: one row per (file, run, measured epoch), the run "
-                                            "attributes and the sweep cell's parameters as columns.")
+                                            "attributes and the sweep cell's parameters as columns. "
+                                            "A file that is missing or not a readable ordersim trace "
+                                            "stops the merge (exit 2). Files that are cells of one "
+                                            "sweep (their traces record the cell's index and the "
+                                            "sweep's cell count) are checked for missing cells: the "
+                                            "merge goes on with a warning naming them.")
     p.add_argument("files", nargs="+", help="trace files (HDF5)")
     p.add_argument("--out", required=True, help="output table: .csv or .parquet")
     args = p.parse_args(argv)
-    from analysis.load import load_runs
+    import pandas as pd
 
-    missing = [f for f in args.files if not os.path.isfile(f)]
-    if missing:
-        print(f"ordersim: error: merge: no such file {missing[0]!r}", file=sys.stderr)
-        return 2
-    table = load_runs(args.files)
+    from analysis.load import load_runs
+    from ordersim.trace import NotATrace, trace_root
+
+    roots, tables = [], []
+    for path in args.files:
+        try:
+            if not os.path.isfile(path):
+                raise NotATrace("does not exist" if not os.path.exists(path) else "is not a file")
+            roots.append(trace_root(path))
+            tables.append(load_runs([path]))  # one file at a time: an error names its file
+        except NotATrace as why:
+            print(f"ordersim: error: merge: {path!r} {why}", file=sys.stderr)
+            return 2
+        except (OSError, KeyError, ValueError) as err:
+            print(f"ordersim: error: merge: {path!r} is an unreadable trace ({err})", file=sys.stderr)
+            return 2
+    for warning in missing_cells(roots):
+        print(f"ordersim: warning: merge: {warning}", file=sys.stderr)
+    table = pd.concat(tables, ignore_index=True)
     if args.out.endswith(".parquet"):
         table.to_parquet(args.out)
     else:
@@ -180,3 +233,21 @@ def merge_main(argv: list[str]) -> int:
     runs = table.groupby(["file", "orderer", "seed"]).ngroups if len(table) else 0
     print(f"merged {len(args.files)} files, {runs} runs, {len(table)} rows -> {args.out}")
     return 0
+
+
+def missing_cells(roots: list[dict]) -> list[str]:
+    """One line per sweep (the same sweep axes and cell count) whose cells are not all among the
+    traces' root attributes `roots`. Traces written before cells recorded their index and count
+    are not checked."""
+    found: dict[tuple[str, int], set[int]] = {}
+    for root in roots:
+        if "sweep_cells" in root and "sweep_cell_index" in root:
+            key = (str(root.get("sweep", "")), int(root["sweep_cells"]))
+            found.setdefault(key, set()).add(int(root["sweep_cell_index"]))
+    lines = []
+    for (axes, count), present in found.items():
+        absent = sorted(set(range(count)) - present)
+        if absent:
+            lines.append(f"{len(absent)} of the {count} cells of the sweep over {axes} are missing: "
+                         f"{', '.join(map(str, absent))}")
+    return lines

@@ -22,6 +22,28 @@ def _attr(value):
     return np.nan if value is None else value
 
 
+class NotATrace(Exception):
+    """A file that is not an ordersim run trace; the message says why, to follow "FILE ..."."""
+
+
+def trace_root(path: str, locking: bool | None = None) -> dict:
+    """The root attributes of the run trace at `path` (an existing file), or NotATrace. `locking`
+    as h5py's (None: HDF5's default, HDF5_USE_FILE_LOCKING respected)."""
+    if not h5py.is_hdf5(path):
+        raise NotATrace("is not an HDF5 file")
+    try:
+        with h5py.File(path, "r", locking=locking) as f:
+            root = dict(f.attrs)
+    except OSError as err:
+        raise NotATrace(f"is an HDF5 file that does not open ({err})") from None
+    if "ordersim_version" not in root or "config" not in root:
+        raise NotATrace("is an HDF5 file but not an ordersim trace (no root attributes "
+                        "ordersim_version and config)")
+    if "experiment" in root:
+        raise NotATrace(f"is an ordersim {root['experiment']} file, not a run trace")
+    return root
+
+
 class TraceWriter:
     def __init__(self, path: str, root_attrs: dict, locking: bool = True):
         self.file = h5py.File(path, "w", locking=locking)

@@ -19,7 +19,7 @@ mkdir -p "$OUT"
 run() {  # m n
     "$PY" -m ordersim run runs/scaling.toml --workers "$1" --epochs "$EPOCHS" --measure-every "$EPOCHS" \
         --data "synthetic:regression?n=$(($1 * $2))&d=$D&cond=10&noise=0.5" \
-        --out "$OUT/m$(printf %03d "$1")_n$(printf %05d "$2").h5"
+        --out "$OUT/m$(printf %03d "$1")_n$(printf %05d "$2").h5" --overwrite  # a re-run replaces them
 }
 for m in 1 2 4 8 16 32 64; do run "$m" "$N"; done          # error vs m at fixed n
 for n in 32 64 256 512; do run 8 "$n"; done                  # error vs n at fixed m (n = N at m = 8 above)

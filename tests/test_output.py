@@ -1,0 +1,268 @@
+"""The output file: a second writer never destroys a live trace, nothing but an ordersim trace is
+written over (and that only with --overwrite or --resume), sweeps with --out and with swept fields
+set on the command line, and merge's answers to bad inputs. Real processes and real files."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import ROOT, mpiexec_path, run_mpi
+from test_simulator import run_serial
+
+TINY = ["--epochs", "1", "--seeds", "0", "--orderers", "rr", "--workers", "2", "--no-herding",
+        "--quiet"]
+
+
+def one_line_error(result, *words):
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+# -- a second writer --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("second", ["serial", "mpi-2"])
+@pytest.mark.parametrize("locking", [[], ["--no-hdf5-locking"]], ids=["hdf5-locks", "no-hdf5-locks"])
+def test_a_second_run_on_a_live_trace_is_refused_and_the_first_finishes_intact(tmp_path, locking, second):
+    """The first run is stopped (SIGSTOP) with its trace open; the second, on the same --out, must
+    be refused before it touches the file; the first then finishes with a complete trace."""
+    out = tmp_path / "live.h5"
+    args = ["--epochs", "4", "--seeds", "0", "--orderers", "rr", "cd-grab", "--workers", "2",
+            "--no-herding", *locking, "--out", str(out)]
+    first = subprocess.Popen([sys.executable, "-m", "ordersim", *args], cwd=ROOT, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for line in first.stdout:
+            if "[rr seed 0] epoch   1/" in line:  # the trace is open and being written
+                break
+        first.send_signal(signal.SIGSTOP)
+        start = time.monotonic()
+        if second == "serial":
+            result = run_serial([*args, "--quiet"], timeout=120)
+        else:
+            result = run_mpi(2, ["-m", "ordersim", *args, "--quiet"], timeout=120)
+        assert time.monotonic() - start < 120  # refused, not waiting for the lock
+        line = one_line_error(result, "'out'", "another ordersim run", f"pid {first.pid}")
+        assert "Traceback" not in result.stdout
+    finally:
+        first.send_signal(signal.SIGCONT)
+    rest, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    with h5py.File(out, "r") as f:
+        assert "end_time" in f.attrs
+        for orderer in ("rr", "cd-grab"):
+            run = f[f"runs/{orderer}/seed_0"]
+            assert run.attrs["status"] == "completed" and run.attrs["epochs_completed"] == 4
+            assert list(run["epoch"][()]) == [0, 1, 2, 3, 4]
+    assert not (tmp_path / "live.h5.lock").exists(), line  # removed by its holder at the end
+
+
+def test_a_killed_runs_lock_file_does_not_block_the_next_run(tmp_path):
+    out = tmp_path / "t.h5"
+    (tmp_path / "t.h5.lock").write_text("host gone pid 1\n")  # left by a run killed with -9
+    result = run_serial([*TINY, "--out", str(out)])
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "t.h5.lock").exists()
+
+
+# -- what --out may write over ----------------------------------------------------------------
+
+
+def test_out_refuses_files_that_are_not_ordersim_traces(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("my notes\n")
+    foreign = tmp_path / "foreign.h5"
+    with h5py.File(foreign, "w") as f:
+        f["x"] = np.arange(3)
+    for path in (text, foreign):
+        before = path.read_bytes()
+        for flags in ([], ["--overwrite"], ["--resume"]):
+            one_line_error(run_serial([*TINY, *flags, "--out", str(path)], timeout=120), "'out'",
+                           "not", "ordersim replaces only its own traces")
+            assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("source", ["hdf5", "csv", "npz"])
+def test_out_refuses_the_runs_own_input_file(tmp_path, source):
+    X = np.random.default_rng(0).normal(size=(40, 3))
+    y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    data = tmp_path / f"data.{source}"
+    if source == "hdf5":
+        with h5py.File(data, "w") as f:
+            f["X"], f["y"] = X, y
+    elif source == "csv":
+        np.savetxt(data, np.column_stack([X, y]), delimiter=",")
+    else:
+        data = tmp_path / "data.npz"
+        np.savez(data, X=X, y=y)
+    os.symlink(data, tmp_path / "symlink")  # the same file by other names
+    os.link(data, tmp_path / "hardlink")
+    before = data.read_bytes()
+    for out in (data, tmp_path / "symlink", tmp_path / "hardlink"):
+        result = run_serial([*TINY, "--overwrite", "--data", f"{source}:{data}", "--out", str(out)],
+                            timeout=120)
+        one_line_error(result, "'out'", "the run's data file")
+    assert data.read_bytes() == before
+
+
+def test_an_existing_trace_needs_overwrite_or_resume(tmp_path):
+    out = tmp_path / "t.h5"
+    assert run_serial([*TINY, "--out", str(out)]).returncode == 0
+    before = out.read_bytes()
+    line = one_line_error(run_serial([*TINY, "--out", str(out)], timeout=120), "'out'")
+    assert "--overwrite" in line and "--resume" in line
+    assert out.read_bytes() == before
+    # --resume of a finished trace of the same config: nothing to do, nothing written
+    result = run_serial([*TINY, "--resume", "--out", str(out)])
+    assert result.returncode == 0 and "already complete" in result.stdout, result.stderr
+    assert out.read_bytes() == before
+    # --resume over a trace of another config that no checkpoint continues: refused
+    line = one_line_error(run_serial([*TINY, "--lr", "0.1", "--resume", "--out", str(out)],
+                                     timeout=120), "--resume", "lr", "--overwrite")
+    assert out.read_bytes() == before
+    result = run_serial([*TINY, "--lr", "0.1", "--overwrite", "--out", str(out)])
+    assert result.returncode == 0, result.stderr
+    with h5py.File(out, "r") as f:
+        assert '"lr": 0.1' in f.attrs["config"] and "end_time" in f.attrs
+
+
+def test_resume_without_a_trace_starts_the_run(tmp_path):
+    """What the Slurm templates do on first submission: --resume, no trace yet."""
+    out = tmp_path / "new" / "t.h5"
+    result = run_serial([*TINY, "--resume", "--out", str(out)])
+    assert result.returncode == 0, result.stderr
+    with h5py.File(out, "r") as f:
+        assert f["runs/rr/seed_0"].attrs["status"] == "completed"
+
+
+def test_help_explains_overwrite():
+    result = run_serial(["--help"])
+    assert "--overwrite" in result.stdout and "--no-overwrite" in result.stdout
+
+
+# -- sweeps: --out and swept fields on the command line -----------------------------------------
+
+
+SWEEP = """\
+orderers = ["rr"]
+seeds = [0]
+epochs = 1
+workers = 2
+herding = false
+quiet = true
+out = "{out}"
+
+[sweep]
+lr = [0.1, 0.2]
+batch = [1, 2]
+"""
+
+
+def cell_values(path):
+    import json
+
+    with h5py.File(path, "r") as f:
+        config = json.loads(f.attrs["config"])
+        return (config["lr"], config["batch"], int(f.attrs["sweep_cell_index"]),
+                int(f.attrs["sweep_cells"]))
+
+
+def test_out_on_a_sweep_gives_every_cell_its_own_file_under_it(tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text(SWEEP.format(out=tmp_path / "config_out.h5"))
+    result = run_serial(["run", str(config), "--out", str(tmp_path / "mine.h5")])
+    assert result.returncode == 0, result.stderr
+    files = sorted((tmp_path / "mine").glob("cell_*.h5"))
+    assert [cell_values(p) for p in files] == [(0.1, 1, 0, 4), (0.1, 2, 1, 4), (0.2, 1, 2, 4),
+                                               (0.2, 2, 3, 4)]
+    assert not (tmp_path / "mine.h5").exists() and not (tmp_path / "config_out").exists()
+
+
+def test_a_swept_field_given_as_a_flag_removes_its_axis(tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text(SWEEP.format(out=tmp_path / "cells.h5"))
+    listing = run_serial(["sweep", str(config), "--lr", "0.5"], timeout=60)
+    assert listing.returncode == 0, listing.stderr
+    assert "2 cells" in listing.stdout and "0.1" not in listing.stdout, listing.stdout
+    # cell 1 of the reduced sweep (batch 2), by --cell and by SLURM_ARRAY_TASK_ID
+    result = run_serial(["run", str(config), "--lr", "0.5", "--cell", "1"])
+    assert result.returncode == 0, result.stderr
+    assert [p.name for p in (tmp_path / "cells").iterdir()] == ["cell_0001.h5"]
+    assert cell_values(tmp_path / "cells" / "cell_0001.h5") == (0.5, 2, 1, 2)
+    result = run_serial(["run", str(config), "--lr", "0.5", "--out", str(tmp_path / "arr")],
+                        env={"SLURM_ARRAY_TASK_ID": "0"})
+    assert result.returncode == 0, result.stderr
+    assert cell_values(tmp_path / "arr" / "cell_0000.h5") == (0.5, 1, 0, 2)
+    assert not (tmp_path / "arr" / "cell_0001.h5").exists()
+    one_line_error(run_serial(["run", str(config), "--lr", "0.5", "--cell", "2"], timeout=60),
+                   "--cell 2", "2 cells")
+    # every axis set: one plain run into the config's out
+    result = run_serial(["run", str(config), "--lr", "0.5", "--batch", "1"])
+    assert result.returncode == 0, result.stderr
+    with h5py.File(tmp_path / "cells.h5", "r") as f:
+        assert '"lr": 0.5' in f.attrs["config"] and "sweep_cell" not in f.attrs
+
+
+def test_write_array_passes_the_flags_on_to_every_task(tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text(SWEEP.format(out=tmp_path / "cells.h5"))
+    script = tmp_path / "array.sbatch"
+    result = run_serial(["sweep", str(config), "--lr", "0.5", "--no-standardize", "--write-array",
+                         str(script), "--slurm-partition", "short"], timeout=60)
+    assert result.returncode == 0, result.stderr
+    text = script.read_text()
+    assert "#SBATCH --array=0-1" in text and "#SBATCH --partition=short" in text
+    srun = next(line for line in text.splitlines() if line.startswith("srun "))
+    assert srun.endswith('--cell "$SLURM_ARRAY_TASK_ID" --resume')
+    assert " --lr 0.5 " in srun and " --no-standardize " in srun
+
+
+# -- merge --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cells(tmp_path_factory):
+    """Cells 0 and 2 of a 4-cell sweep (1 and 3 never ran)."""
+    root = tmp_path_factory.mktemp("merge")
+    config = root / "sweep.toml"
+    config.write_text(SWEEP.format(out=root / "cells.h5"))
+    for i in (0, 2):
+        result = run_serial(["run", str(config), "--cell", str(i)])
+        assert result.returncode == 0, result.stderr
+    return root / "cells"
+
+
+def merge(files, out):
+    return run_serial(["merge", *map(str, files), "--out", str(out)], timeout=120)
+
+
+def test_merge_names_the_missing_cells_of_a_sweep(cells, tmp_path):
+    result = merge(sorted(cells.glob("cell_*.h5")), tmp_path / "m.csv")
+    assert result.returncode == 0, result.stderr
+    assert "2 of the 4 cells" in result.stderr and "missing: 1, 3" in result.stderr, result.stderr
+    assert (tmp_path / "m.csv").exists()
+
+
+def test_merge_of_bad_inputs_is_one_line_and_exit_2(cells, tmp_path):
+    good = cells / "cell_0000.h5"
+    text = tmp_path / "notes.txt"
+    text.write_text("hello\n")
+    foreign = tmp_path / "foreign.h5"
+    with h5py.File(foreign, "w") as f:
+        f["x"] = np.arange(3)
+    truncated = tmp_path / "truncated.h5"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    for bad, words in ((tmp_path / "nope.h5", ["does not exist"]), (text, ["not an HDF5 file"]),
+                       (foreign, ["not an ordersim trace"]), (truncated, ["does not open"])):
+        line = one_line_error(merge([good, bad], tmp_path / "m.csv"), repr(str(bad)), *words)
+        assert not (tmp_path / "m.csv").exists(), line
