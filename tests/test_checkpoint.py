@@ -224,13 +224,14 @@ def test_a_checkpoint_whose_run_state_does_not_fit_is_refused_before_the_trace_c
     leaving the trace as it was."""
     out, ckpt = copy_of(stopped, tmp_path)
     state = checkpoint.load(ckpt)
-    state["run_states"][0]["orderer"]["order"] = state["run_states"][0]["orderer"]["order"][:, 1:]
+    orderer = state["run_states"][0]["orderer"]
+    order = orderer["order"]
+    orderer["order"] = order[:, 1:]
     checkpoint.save(ckpt, state)
     before = out.read_bytes()
     one_line_refusal(run_serial([*ARGS, "--resume", "--out", str(out)]), "run state does not fit",
                      "its orderer/order is <i8 array (4, 112), this ordersim's <i8 array (4, 113)")
-    state["run_states"][0]["orderer"]["order"] = state["run_states"][0]["orderer"]["order"][:, :0]
-    state["run_states"][0]["orderer"]["signs"] = np.zeros(3, dtype=np.uint8)
+    orderer["order"], orderer["signs"] = order, np.zeros(3, dtype=np.uint8)
     checkpoint.save(ckpt, state)
     one_line_refusal(run_serial([*ARGS, "--resume", "--out", str(out)]), "run state does not fit",
                      "it holds orderer/signs, which this ordersim's run state lacks")
