@@ -290,7 +290,8 @@ def test_a_fresh_run_deletes_a_stale_checkpoint(uninterrupted, stopped, tmp_path
     assert_bitwise_equal(uninterrupted, contents(out))
 
 
-def test_a_killed_checkpoint_writes_temporary_file_is_removed_by_the_next_run(stopped, tmp_path):
+@pytest.mark.parametrize("resume", [["--resume"], []])
+def test_a_killed_checkpoint_writes_temporary_file_is_removed_by_the_next_run(stopped, tmp_path, resume):
     out, ckpt = copy_of(stopped, tmp_path)
     leftovers = [tmp_path / f"s.h5.ckpt.tmp-{pid}" for pid in (12345, 99999)]
     for path in leftovers:
@@ -298,7 +299,7 @@ def test_a_killed_checkpoint_writes_temporary_file_is_removed_by_the_next_run(st
             f.create_dataset("half", data=np.zeros(10))
     unrelated = tmp_path / "other.h5.ckpt.tmp-12345"
     unrelated.write_bytes(b"")
-    result = run_serial([*ARGS, "--quiet", "--resume", "--out", str(out)])
+    result = run_serial([*ARGS, "--quiet", *resume, "--out", str(out)])
     assert result.returncode == 0, result.stderr
     assert not any(path.exists() for path in leftovers) and unrelated.exists()
 
