@@ -1,6 +1,7 @@
 """`python -m ordersim [COMMAND] ...`: dispatch to the subcommands (`run` when none is given)."""
 
 import importlib
+import os
 import sys
 
 # command: (module, function taking the remaining arguments, summary)
@@ -29,5 +30,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ordersim: error: unknown command {argv[0]!r}; commands: {', '.join(COMMANDS)}",
               file=sys.stderr)
         return 2
+    cache_dir = os.environ.get("NUMBA_CACHE_DIR")
+    if cache_dir:  # before anything loads machine code from it
+        from ordersim.numba_cache import private_cache_dir_error
+
+        error = private_cache_dir_error(cache_dir)
+        if error:
+            print(f"ordersim: error: {error}", file=sys.stderr)
+            return 2
     module, function, _ = COMMANDS[argv[0]]
     return getattr(importlib.import_module(module), function)(argv[1:])

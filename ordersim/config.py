@@ -31,7 +31,8 @@ def _help(text: str, **kw):
 @dataclass
 class Config:
     problem: str = _help("finite-sum problem by name (see `python -m ordersim problems`) or a path to a "
-                         "module following the problem contract", default="logistic")
+                         "module following the problem contract (imported: it runs as Python code)",
+                         default="logistic")
     problem_options: dict = _help("problem options as a TOML table / JSON object (every bundled "
                                   "problem takes lam, its L2 weight; see docs/problems.md)",
                                   default_factory=lambda: {"lam": 0.01})

@@ -13,6 +13,10 @@ Importing this module registers both trees; every module that defines cached ker
 before them (the locator is chosen when a function is decorated). ``import ordersim`` itself does
 not: ``python -m ordersim`` sets thread counts and the cache directory before NumPy and Numba load.
 
+Numba runs the machine code it finds in its cache, so whoever can write the cache directory can
+run code as you: ``private_cache_dir_error`` (called by ``python -m ordersim`` before anything
+compiles) creates ``NUMBA_CACHE_DIR`` with mode 0700 and refuses one that is not private.
+
 This works through Numba's cache locator classes (``numba.core.caching``), which are internal: if a
 Numba version lacks them, nothing is registered and Numba's own per-file stamps apply.
 """
@@ -20,6 +24,7 @@ Numba version lacks them, nothing is registered and Numba's own per-file stamps 
 import functools
 import hashlib
 import os
+import stat
 from pathlib import Path
 
 from numba.core import caching
@@ -90,6 +95,33 @@ def register_tree(root) -> bool:
     if root not in _TREES:
         _TREES.append(root)
     return _install()
+
+
+def private_cache_dir_error(path: str) -> str | None:
+    """Create the cache directory `path` (mode 0700) unless it exists; the one-line reason when
+    it is not private (not a directory, owned by another user, or writable by group or others)."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass  # made earlier (by this job's other ranks, say): checked below like any other
+    except OSError as err:
+        return f"NUMBA_CACHE_DIR {path!r} cannot be created ({err.strerror})"
+    try:
+        info = os.stat(path)
+    except OSError as err:
+        return f"NUMBA_CACHE_DIR {path!r} cannot be read ({err.strerror})"
+    why = "Numba runs the machine code it caches there"
+    fix = "set NUMBA_CACHE_DIR to a directory of your own with mode 0700 (ordersim creates a missing one)"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"NUMBA_CACHE_DIR {path!r} is not a directory; {fix}"
+    if info.st_uid != os.getuid():
+        return (f"NUMBA_CACHE_DIR {path!r} is owned by uid {info.st_uid}, not by you (uid "
+                f"{os.getuid()}); {why}, so its owner could run code as you: {fix}")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return (f"NUMBA_CACHE_DIR {path!r} has mode {stat.S_IMODE(info.st_mode):o}, writable by its "
+                f"group or others; {why}, so they could run code as you: chmod 700 it, or {fix}")
+    return None
 
 
 # ordersim's and problems' own kernels

@@ -3,15 +3,13 @@
 import argparse
 import json
 import os
-import pickle
 import sys
 import time
 
 from ordersim import backend as backend_module
 from ordersim.backend import (INSTALL_MPI, MPIBackend, MPIUnavailable, SerialBackend,
                               abort_on_exception, world)
-from ordersim.checkpoint import EXIT_CHECKPOINTED, StopRequest, checkpoint_path
-from ordersim.checkpoint import FORMAT as CHECKPOINT_FORMAT
+from ordersim.checkpoint import EXIT_CHECKPOINTED, CheckpointError, StopRequest, checkpoint_path
 from ordersim.checkpoint import load as load_checkpoint
 from ordersim.cli import commands_help
 from ordersim.config import ConfigError, add_arguments, build_config, overrides_from_args
@@ -32,8 +30,14 @@ or continued with --resume; any other existing file is never written over, nor t
 data. A second run writing the same --out while the first is running is refused (exit 2): rank 0
 holds a lock on <out>.lock for the whole run.
 SIGTERM or SIGUSR1 (Slurm's warning) makes every rank stop at the next epoch boundary, write a
-checkpoint next to the trace and exit with code {EXIT_CHECKPOINTED}; run again with --resume.
-One Numba/BLAS thread per rank unless NUMBA_NUM_THREADS / OMP_NUM_THREADS say otherwise."""
+checkpoint next to the trace (<out>.ckpt: HDF5 with arrays, numbers and strings only, and a
+sha256 checksum; loading it runs no code) and exit with code {EXIT_CHECKPOINTED}; run again with
+--resume. A run without --resume deletes any checkpoint of its output.
+One Numba/BLAS thread per rank unless NUMBA_NUM_THREADS / OMP_NUM_THREADS say otherwise.
+Code that runs: --problem PATH imports that file (Python: it can do anything you can), and Numba
+loads compiled machine code from its cache (next to the sources, or NUMBA_CACHE_DIR: under Slurm
+$TMPDIR/ordersim-numba-$SLURM_JOB_ID unless set). ordersim creates NUMBA_CACHE_DIR with mode 0700
+and refuses one that another user owns or that group or others can write (docs/cluster.md)."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -47,8 +51,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint next to the output file (<out>.ckpt) if there "
                         "is one, else start from the beginning (a trace of this config is then "
-                        "replaced; one of another config only with --overwrite); the config must be "
-                        "the same")
+                        "replaced; one of another config only with --overwrite). The config and the "
+                        "number of ranks must be the same, and the checkpoint must be this trace's "
+                        "(the same run id, every row it counted still in the trace), be an ordersim "
+                        "checkpoint with a valid checksum (never a pickle) and hold the run state "
+                        "this ordersim has; else one line says what does not fit (exit 2) and "
+                        "nothing is changed")
     add_arguments(p)
     return p
 
@@ -148,6 +156,10 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
     # backend.close() is collective: only on the paths every rank takes (an exception aborts)
     try:
         results = run_experiment(config, backend, setup, out, stop, state, cell)
+    except ConfigError as err:  # a checkpoint whose run state does not fit, on every rank
+        if rank == 0:
+            print(f"ordersim: error: {err}", file=sys.stderr, flush=True)
+        return 2
     except Checkpointed as stopped:
         backend.close()
         if rank == 0:
@@ -215,21 +227,32 @@ def trace_is_complete(out: str, config) -> bool:
         return False
 
 
+# A checkpoint's meta fields and their JSON types (run_states are checked against the run later)
+CHECKPOINT_FIELDS = dict(position=int, results=dict, config=str, ranks=int, run_id=str, in_run=bool)
+IN_RUN_FIELDS = dict(record=dict, lengths=dict, run_states=list)  # inside a run
+
+
 def read_checkpoint(out: str, config, size: int) -> tuple[dict | None, str | None]:
-    """(checkpoint, None), (None, None) when there is none, or (None, error) when it does not fit."""
+    """(checkpoint, None), (None, None) when there is none, or (None, error) when it does not fit
+    this config, this number of ranks or the trace `out` (another run's, or shorter than it says)."""
     path = checkpoint_path(out)
     if not os.path.exists(path):
         print(f"ordersim: no checkpoint {path}: starting from the beginning", file=sys.stderr, flush=True)
         return None, None
+    start_over = "delete it to start over"
     try:
-        state = load_checkpoint(path)
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError) as err:
-        return None, f"--resume: checkpoint {path!r} is unreadable ({err}); delete it to start over"
-    written = state.get("format", 1)
-    if written != CHECKPOINT_FORMAT:
-        return None, (f"--resume: checkpoint {path!r} has format {written}, this ordersim reads format "
-                      f"{CHECKPOINT_FORMAT} (written by another version); delete it to start over")
-    differ = config_differences(state["config"], config)
+        state = load_checkpoint(path, locking=config.hdf5_locking)
+    except CheckpointError as err:
+        return None, f"--resume: checkpoint {path!r} {err}; {start_over}"
+    fields = dict(CHECKPOINT_FIELDS, **(IN_RUN_FIELDS if state.get("in_run") else {}))
+    for name, kind in fields.items():
+        if not isinstance(state.get(name), kind):
+            return None, (f"--resume: checkpoint {path!r} has no valid {name!r} (written by another "
+                          f"ordersim version?); {start_over}")
+    try:
+        differ = config_differences(state["config"], config)
+    except ValueError:
+        return None, f"--resume: checkpoint {path!r} has a config that is not JSON; {start_over}"
     if differ:
         saved, current = json.loads(state["config"]), json.loads(config.to_json())
         return None, (f"--resume: the config differs from the checkpoint's in {', '.join(differ)} "
@@ -237,7 +260,50 @@ def read_checkpoint(out: str, config, size: int) -> tuple[dict | None, str | Non
     if state["ranks"] != size:
         return None, (f"--resume: the checkpoint was written by {state['ranks']} ranks; run with "
                       f"{state['ranks']} ranks (got {size})")
+    if state["in_run"] and len(state["run_states"]) != size:
+        return None, (f"--resume: checkpoint {path!r} holds {len(state['run_states'])} run states for "
+                      f"{size} ranks; {start_over}")
+    mismatch = trace_mismatch(out, state, config)
+    if mismatch:
+        return None, f"--resume: checkpoint {path!r} does not fit the trace {out!r}: {mismatch}; {start_over}"
     return state, None
+
+
+def trace_mismatch(out: str, state: dict, config) -> str | None:
+    """Why trace `out` is not the one checkpoint `state` was written for, or None: it must carry
+    the checkpoint's run id, hold every run finished before it and, of the run it stopped inside,
+    at least the rows of every dataset it counted."""
+    import h5py
+
+    from ordersim.simulate import run_plan
+
+    plan, position = run_plan(config), state["position"]
+    if not 0 <= position <= len(plan) or (state["in_run"] and position == len(plan)):
+        return f"its plan position {position} is outside the {len(plan)} runs of the config"
+    try:
+        with h5py.File(out, "r", locking=config.hdf5_locking) as f:
+            run_id = f.attrs.get("run_id")
+            if run_id != state["run_id"]:
+                return (f"the trace has run id {run_id!r}, the checkpoint {state['run_id']!r} (the trace "
+                        f"was written anew, or replaced, after the checkpoint)")
+            runs = f.get("runs")
+            for index, (orderer, seed) in enumerate(plan[:position + state["in_run"]]):
+                name = f"{orderer}/seed_{seed}"
+                if runs is None or name not in runs:
+                    return f"the trace lacks run {name}, which the checkpoint says it holds"
+                if index < position and runs[name].attrs.get("status") == "interrupted":
+                    return f"run {name} did not finish in the trace, but did by the checkpoint"
+            if state["in_run"]:
+                orderer, seed = plan[position]
+                group = runs[f"{orderer}/seed_{seed}"]
+                for dataset, length in sorted(state["lengths"].items()):
+                    have = group[dataset].shape[0] if isinstance(group.get(dataset), h5py.Dataset) else 0
+                    if not isinstance(length, int) or have < length:
+                        return (f"run {orderer}/seed_{seed}'s {dataset} has {have} rows in the trace, the "
+                                f"checkpoint counted {length!r}")
+    except OSError as err:
+        return f"the trace cannot be read ({' '.join(str(err).split())})"
+    return None
 
 
 def broadcast_resume(backend, state: dict | None) -> dict | None:

@@ -19,7 +19,8 @@ from ordersim import aligned, engine
 from ordersim.constants import WorkerRows, worker_constants
 from ordersim.data import open_dataset, partition, streamed_source
 from ordersim.backend import SerialBackend
-from ordersim.checkpoint import StopRequest, checkpoint_path
+from ordersim.checkpoint import (CheckpointError, StopRequest, checkpoint_path, discard, layout_mismatch,
+                                 new_run_id, normalized, remove_temporaries)
 from ordersim.checkpoint import save as save_checkpoint
 from ordersim.config import (BACKENDS, EXCHANGES, PARTITIONS, REMAINDERS, SCHEDULES, Config, ConfigError)
 from ordersim.orderers import available_orderers, make_orderer, orderer_class
@@ -281,18 +282,27 @@ class Run:
 
     # -- checkpoint -------------------------------------------------------------------------------
     def state(self) -> dict:
-        """What a checkpoint keeps of this rank's run (the orderer with all its arrays)."""
-        return dict(x=self.x, velocity=self.velocity, orderer=self.orderer, step=self.step,
-                    epoch=self.epoch, status=self.status, timers=self.timers,
-                    elapsed=time.perf_counter() - self.wall_start, history=self.history)
+        """What a checkpoint keeps of this rank's run: arrays, numbers and strings only."""
+        state = dict(x=self.x, velocity=self.velocity, orderer=self.orderer.checkpoint_state(),
+                     step=self.step, epoch=self.epoch, status=self.status, timers=dict(self.timers),
+                     elapsed=time.perf_counter() - self.wall_start)
+        if self.history is not None:
+            state["history"] = self.history
+        return state
 
     def restore(self, state: dict) -> None:
-        self.x, self.orderer = aligned.on_cache_line(state["x"]), state["orderer"]
+        """Continue from a checkpoint's state() of this run; CheckpointError (before changing
+        anything) when its layout is not the one this run has (another ordersim version)."""
+        mismatch = layout_mismatch(state, normalized(self.state()))
+        if mismatch:
+            raise CheckpointError(f"its run state does not fit this ordersim: {mismatch}")
+        self.x = aligned.on_cache_line(state["x"])
         self.velocity = aligned.on_cache_line(state["velocity"])
+        self.orderer.restore_state(state["orderer"])
         self.step, self.epoch, self.status = state["step"], state["epoch"], state["status"]
-        self.timers = state["timers"]
-        history = state.get("history")
-        self.history = None if history is None else aligned.on_cache_line(history)
+        self.timers = dict(state["timers"])
+        if self.history is not None:
+            self.history = aligned.on_cache_line(state["history"])
         self.wall_start = time.perf_counter() - state["elapsed"]
         if self.clock:  # simulated time is a function of the steps: replay it, record nothing
             self.clock.skip(self.epoch, self.steps_per_epoch)
@@ -483,6 +493,11 @@ class Checkpointed(Exception):
     """The job stopped at an epoch boundary after writing a checkpoint (exit EXIT_CHECKPOINTED)."""
 
 
+def run_plan(config: Config) -> list[tuple[str, int]]:
+    """The (orderer, seed) runs in the order they run (a checkpoint's position indexes it)."""
+    return [(orderer, seed) for orderer in config.orderers for seed in config.seeds]
+
+
 def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: str,
                    stop: StopRequest | None = None, resume: dict | None = None,
                    cell=None) -> dict:
@@ -490,28 +505,29 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
 
     With `resume` (a loaded checkpoint) the trace is cut back to the checkpoint and the plan goes
     on from there. When `stop` was requested, or every `checkpoint_every` epochs, the ranks write
-    a checkpoint at an epoch boundary; after a stop request, Checkpointed is raised. `cell` (a
-    sweep.Cell) is recorded in the trace's root attributes.
+    a checkpoint at an epoch boundary; after a stop request, Checkpointed is raised. A checkpoint
+    whose run state does not fit raises ConfigError on every rank, before the trace is touched.
+    `cell` (a sweep.Cell) is recorded in the trace's root attributes.
     """
-    plan = [(orderer, seed) for orderer in config.orderers for seed in config.seeds]
-    position, run_states = 0, None
+    plan = run_plan(config)
+    position, resumed = 0, None
     results: dict[str, list[dict]] = {}
+    ckpt = checkpoint_path(out)
     if resume is not None:
         position, results = resume["position"], resume["results"]
-        run_states = backend.scatter(resume.get("run_states"))
-    writer = open_trace(config, backend, setup, out, plan, resume, cell)
+        resumed = resume_run(setup, plan, resume, ckpt)
+    writer, run_id = open_trace(config, backend, setup, out, plan, resume, cell)
     constants = {k: v for k, v in setup.constants.items() if k != "x_star"}
-    ckpt = checkpoint_path(out)
     for index in range(position, len(plan)):
         orderer_name, seed = plan[index]
-        run = Run(setup, orderer_name, seed)
-        if run_states is not None:  # the run the checkpoint stopped inside
-            run.restore(run_states)
+        if resumed is not None:  # the run the checkpoint stopped inside
+            run, resumed = resumed, None
             trace = writer.run(orderer_name, seed)
-            first_epoch, run_states = run.epoch + 1, None
+            first_epoch = run.epoch + 1
             record = resume["record"]
             visited = gather_order(run) if config.record_orders else None
         else:
+            run = Run(setup, orderer_name, seed)
             trace = writer.start_run(orderer_name, seed, dict(
                 workers=config.workers, examples_per_worker=setup.n, batch=config.batch, lr=config.lr,
                 **constants, **(run.clock.attrs() if run.clock else {})))
@@ -547,38 +563,63 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
                 trace.append_group("stragglers", dict(run.clock.take(), coverage=coverage))
             if epoch < config.epochs:
                 checkpoint_if_due(config, backend, stop, ckpt, epoch, dict(
-                    position=index, results=results, record=record, lengths=trace.lengths()),
-                    run.state())
+                    position=index, results=results, record=record, lengths=trace.lengths(),
+                    run_id=run_id), run.state())
         trace.finish(run.status)
         results.setdefault(orderer_name, []).append(dict(record, status=run.status))
         checkpoint_if_due(config, backend, stop, ckpt, None,
-                          dict(position=index + 1, results=results), None)
+                          dict(position=index + 1, results=results, run_id=run_id), None)
     writer.close()
     if backend.rank == 0 and os.path.exists(ckpt):
         os.remove(ckpt)  # finished: the checkpoint would only resume a completed job
     return results
 
 
+def resume_run(setup: Setup, plan, resume: dict, ckpt: str) -> "Run | None":
+    """The run the checkpoint stopped inside, restored on every rank from its own state (rank 0
+    scatters them), or None when it stopped between runs; ConfigError on every rank when a
+    state does not fit."""
+    run_state = setup.backend.scatter(resume.get("run_states"))
+    if not resume["in_run"]:
+        return None
+    run, error = Run(setup, *plan[resume["position"]]), None
+    try:
+        run.restore(run_state)
+    except CheckpointError as err:
+        error = (f"--resume: checkpoint {ckpt!r}: {err} (written by another ordersim version); "
+                 f"resume with that version, or delete the checkpoint to start over")
+    error = setup.backend.agree(error)
+    if error:
+        raise ConfigError(error)
+    return run
+
+
 def open_trace(config, backend, setup, out, plan, resume, cell):
-    """The trace writer (rank 0; the others hold a NoTrace), new or cut back to a checkpoint."""
+    """(writer, run id): the trace writer (rank 0; the others hold a NoTrace), new or cut back to
+    a checkpoint, and the trace's run id (every rank). A new trace makes any checkpoint of the
+    output stale: it is deleted first."""
     hosts = backend.hosts()  # collective: every rank takes part
+    run_id = backend.bcast(resume["run_id"] if resume is not None else new_run_id())
     if backend.rank != 0:
-        return NoTrace()
+        return NoTrace(), run_id
+    ckpt = checkpoint_path(out)
     if resume is not None:
+        remove_temporaries(ckpt)
         position = resume["position"]
-        current = plan[position] if "run_states" in resume else None
-        return TraceWriter.reopen(out, plan[:position], current, resume.get("lengths", {}),
-                                  locking=config.hdf5_locking)
+        current = plan[position] if resume["in_run"] else None
+        return TraceWriter.reopen(out, plan[:position], current, resume["lengths"] if current else {},
+                                  locking=config.hdf5_locking), run_id
+    discard(ckpt)
     writer = TraceWriter(out, dict(
         config=config.to_json(), ranks=backend.size, backend=config.backend,
-        exchange=backend.exchange, hosts=hosts,
+        exchange=backend.exchange, hosts=hosts, run_id=run_id,
         problem=config.problem, data=config.data, dropped_examples=setup.dropped,
         data_info=setup.data_info, **(cell.trace_attrs() if cell else {})),
         locking=config.hdf5_locking)
     writer.add_array("shards", setup.shards)
     if setup.constants.get("x_star") is not None:
         writer.add_array("x_star", setup.constants["x_star"])
-    return writer
+    return writer, run_id
 
 
 def checkpoint_if_due(config, backend, stop, path, epoch, state, run_state):
@@ -592,7 +633,8 @@ def checkpoint_if_due(config, backend, stop, path, epoch, state, run_state):
     if backend.rank == 0:
         if run_state is not None:
             state["run_states"] = run_states
-        save_checkpoint(path, dict(state, config=config.to_json(), ranks=backend.size))
+        save_checkpoint(path, dict(state, config=config.to_json(), ranks=backend.size),
+                        locking=config.hdf5_locking)
     if stopping:
         raise Checkpointed(path)
 

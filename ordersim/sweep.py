@@ -125,6 +125,7 @@ ARRAY_TEMPLATE = """\
 {extra}
 export OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 export HDF5_USE_FILE_LOCKING=FALSE
+# node-local; ordersim creates it (mode 0700) and refuses one that is not private
 export NUMBA_CACHE_DIR="${{TMPDIR:-/tmp}}/ordersim-numba-$SLURM_JOB_ID"
 cd {workdir}
 # Slurm sends USR1 to the ranks 120 s before the time limit (SIGTERM on preemption): ordersim

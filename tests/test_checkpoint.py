@@ -1,18 +1,24 @@
 """Checkpoint and exact restart: a run stopped by SIGUSR1/SIGTERM (Slurm's warning and preemption)
 and resumed gives traces and orders bitwise identical to the same run never interrupted."""
 
+import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
 
+import h5py
+import numpy as np
 import pytest
 
-from conftest import ROOT, mpiexec_path
+from conftest import ROOT, mpiexec_path, run_mpi
+from reference.orderers import drive
 from test_simulator import assert_bitwise_equal, contents, open_when_released, run_serial
 
 from ordersim import checkpoint
+from ordersim.orderers import available_orderers, make_orderer, orderer_class
 
 ARGS = ["--epochs", "8", "--orderers", "rr", "cd-grab", "d-grab", "--seeds", "0", "1", "--workers",
         "4", "--batch", "2", "--momentum", "0.5", "--record-orders", "--trace-every", "7"]
@@ -65,8 +71,7 @@ def test_resume_after_a_hard_kill_cuts_the_trace_back_to_the_checkpoint(uninterr
     command = [sys.executable, "-m", "ordersim", *ARGS, "--checkpoint-every", "3", "--out", str(out)]
     code, _ = stop_after(command, "[cd-grab seed 0] epoch   5/", signal.SIGKILL)
     assert code == -signal.SIGKILL
-    with open(checkpoint.checkpoint_path(str(out)), "rb") as fh:
-        assert pickle.load(fh)["position"] == 2  # inside cd-grab seed 0, after its epoch 3
+    assert checkpoint.load(checkpoint.checkpoint_path(str(out)))["position"] == 2  # inside cd-grab seed 0
     result = run_serial([*ARGS, "--checkpoint-every", "3", "--quiet", "--resume", "--out", str(out)])
     assert result.returncode == 0, result.stderr
     assert_bitwise_equal(uninterrupted, contents(out))
@@ -103,13 +108,13 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     path = str(tmp_path / "x.ckpt")
     checkpoint.save(path, {"position": 1})
 
-    def broken_dump(obj, fh, protocol=None):
-        fh.write(b"half a checkpoint")
+    def broken_write(group, tree):
+        group.create_dataset("half", data=np.zeros(1000))
         raise KeyboardInterrupt("killed mid-write")
 
-    monkeypatch.setattr(checkpoint.pickle, "dump", broken_dump)
+    monkeypatch.setattr(checkpoint, "_write_tree", broken_write)
     with pytest.raises(KeyboardInterrupt):
-        checkpoint.save(path, {"position": 2})
+        checkpoint.save(path, {"position": 2, "run_states": [{"x": np.zeros(3)}]})
     monkeypatch.undo()
     assert checkpoint.load(path)["position"] == 1
     assert os.listdir(tmp_path) == ["x.ckpt"]  # no half-written file left behind
@@ -128,28 +133,217 @@ def test_resume_skips_a_finished_sweep_cell_and_runs_the_missing_one(tmp_path):
     assert (tmp_path / "cells" / "cell_0001.h5").exists()
 
 
+def one_line_refusal(result, *words):
+    """The command refused to resume: exit 2, one error line on stderr naming `words` (besides
+    warnings about the data, when the refusal comes after loading it), no traceback."""
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("ordersim: warning:")]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
 def test_resume_from_an_unreadable_checkpoint_says_so(tmp_path):
     out = tmp_path / "x.h5"
     out.write_bytes(b"")
     (tmp_path / "x.h5.ckpt").write_bytes(b"not a pickle")
-    result = run_serial([*ARGS, "--resume", "--out", str(out)])
-    assert result.returncode == 2
-    assert "unreadable" in result.stderr and "Traceback" not in result.stderr
+    one_line_refusal(run_serial([*ARGS, "--resume", "--out", str(out)]), "not an ordersim checkpoint")
 
 
-def test_resume_refuses_a_checkpoint_of_another_format(tmp_path):
-    """A checkpoint from a version whose pickled state has another shape (here: the format before
-    the key existed) is refused with one line, before any compute."""
-    out = tmp_path / "a.h5"
-    command = [sys.executable, "-m", "ordersim", *ARGS, "--out", str(out)]
-    code, err = stop_after(command, "epoch   2/", signal.SIGUSR1)
+class RunsCode:
+    """What a crafted pickle holds: unpickling it calls open(marker, "w"), creating the marker."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_pickled_checkpoint_is_refused_without_being_unpickled(tmp_path, ranks):
+    out, marker = tmp_path / "x.h5", tmp_path / "code-ran"
+    with open(checkpoint.checkpoint_path(str(out)), "wb") as fh:
+        pickle.dump({"position": 0, "x": RunsCode(str(marker))}, fh)
+    args = ["-m", "ordersim", *ARGS, "--resume", "--out", str(out)]
+    result = run_serial(args[2:]) if ranks == 1 else run_mpi(ranks, args, timeout=120)
+    one_line_refusal(result, "is a pickle", "delete it to start over")
+    assert not marker.exists()
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """A trace and its checkpoint, stopped by SIGUSR1 inside rr seed 1 (after its epoch 3)."""
+    out = tmp_path_factory.mktemp("stopped") / "s.h5"
+    code, err = stop_after([sys.executable, "-m", "ordersim", *ARGS, "--out", str(out)],
+                           "[rr seed 1] epoch   3/", signal.SIGUSR1)
     assert code == checkpoint.EXIT_CHECKPOINTED, err
-    path = checkpoint.checkpoint_path(str(out))
-    state = checkpoint.load(path)
-    assert state["format"] == checkpoint.FORMAT
-    del state["format"]
-    with open(path, "wb") as fh:
-        pickle.dump(state, fh)
-    result = run_serial([*ARGS, "--resume", "--out", str(out)])
-    assert result.returncode == 2
-    assert "format 1" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    return out
+
+
+def copy_of(stopped, tmp_path):
+    """A copy of the stopped trace and its checkpoint (whose config names the copy's path)."""
+    out, ckpt = tmp_path / "s.h5", checkpoint.checkpoint_path(str(tmp_path / "s.h5"))
+    shutil.copy(stopped, out)
+    state = checkpoint.load(checkpoint.checkpoint_path(str(stopped)))
+    state["config"] = json.dumps(dict(json.loads(state["config"]), out=str(out)))
+    checkpoint.save(ckpt, state)
+    return out, ckpt
+
+
+def flip_a_byte_of_x(path):
+    with h5py.File(path, "r+") as f:
+        f["run_states/0/x"][0] += 1.0
+
+
+def truncate(path):
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+def other_hdf5(path):
+    with h5py.File(path, "w") as f:
+        f.attrs["format"] = "something else"
+
+
+@pytest.mark.parametrize("damage, words", [
+    (flip_a_byte_of_x, "fails its checksum"),
+    (truncate, "is unreadable (truncated or damaged"),
+    (other_hdf5, "not an ordersim checkpoint"),
+])
+def test_a_damaged_checkpoint_is_refused_in_one_line(stopped, tmp_path, damage, words):
+    out, ckpt = copy_of(stopped, tmp_path)
+    before = out.read_bytes()
+    damage(ckpt)
+    one_line_refusal(run_serial([*ARGS, "--resume", "--out", str(out)]), words)
+    assert out.read_bytes() == before  # the trace is left as it was
+
+
+def test_a_checkpoint_whose_run_state_does_not_fit_is_refused_before_the_trace_changes(stopped, tmp_path):
+    """What another version's checkpoint looks like: a valid file whose orderer state has another
+    layout (here one more field, and an order of another shape). It is refused (one line, exit 2)
+    leaving the trace as it was."""
+    out, ckpt = copy_of(stopped, tmp_path)
+    state = checkpoint.load(ckpt)
+    orderer = state["run_states"][0]["orderer"]
+    order = orderer["order"]
+    orderer["order"] = order[:, 1:]
+    checkpoint.save(ckpt, state)
+    before = out.read_bytes()
+    one_line_refusal(run_serial([*ARGS, "--resume", "--out", str(out)]), "run state does not fit",
+                     "its orderer/order is <i8 array (4, 112), this ordersim's <i8 array (4, 113)")
+    orderer["order"], orderer["signs"] = order, np.zeros(3, dtype=np.uint8)
+    checkpoint.save(ckpt, state)
+    one_line_refusal(run_serial([*ARGS, "--resume", "--out", str(out)]), "run state does not fit",
+                     "it holds orderer/signs, which this ordersim's run state lacks")
+    assert out.read_bytes() == before
+
+
+def test_resume_refuses_a_checkpoint_of_another_trace(stopped, tmp_path):
+    """A checkpoint put back next to a trace written anew since (its run id differs)."""
+    out, ckpt = copy_of(stopped, tmp_path)
+    shutil.move(ckpt, tmp_path / "aside")
+    code, _ = stop_after([sys.executable, "-m", "ordersim", *ARGS, "--out", str(out)],
+                         "[rr seed 0] epoch   2/", signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    shutil.move(tmp_path / "aside", ckpt)
+    one_line_refusal(run_serial([*ARGS, "--resume", "--out", str(out)]), "run id", "delete it")
+
+
+def shorten_train_loss(out):
+    with h5py.File(out, "r+") as f:
+        f["runs/rr/seed_1/train_loss"].resize((2,))
+
+
+def shorten_steps(out):
+    with h5py.File(out, "r+") as f:
+        f["runs/rr/seed_1/steps/loss"].resize((1,))
+
+
+def unfinish_a_run(out):
+    with h5py.File(out, "r+") as f:
+        f["runs/rr/seed_0"].attrs["status"] = "interrupted"
+
+
+@pytest.mark.parametrize("change, words", [
+    (shorten_train_loss, "rr/seed_1's train_loss has 2 rows in the trace, the checkpoint counted 4"),
+    (shorten_steps, "steps/loss has 1 rows"),
+    (unfinish_a_run, "run rr/seed_0 did not finish"),
+    (os.remove, "the trace cannot be read"),
+])
+def test_resume_refuses_a_trace_that_lacks_what_its_checkpoint_counted(stopped, tmp_path, change, words):
+    out, _ = copy_of(stopped, tmp_path)
+    change(out)
+    one_line_refusal(run_serial([*ARGS, "--resume", "--out", str(out)]), words)
+
+
+def test_a_fresh_run_deletes_a_stale_checkpoint(uninterrupted, stopped, tmp_path):
+    """The same command without --resume after a checkpointed stop writes the trace anew; its
+    checkpoint (of the old trace, further on) must not be resumed onto it: it is gone as soon as
+    the new trace exists, and --resume after a hard kill starts over and ends bitwise equal."""
+    out, ckpt = copy_of(stopped, tmp_path)
+    code, _ = stop_after([sys.executable, "-m", "ordersim", *ARGS, "--out", str(out)],
+                         "[rr seed 0] epoch   2/", signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    assert not os.path.exists(ckpt)
+    result = run_serial([*ARGS, "--quiet", "--resume", "--out", str(out)])
+    assert result.returncode == 0, result.stderr
+    assert_bitwise_equal(uninterrupted, contents(out))
+
+
+@pytest.mark.parametrize("resume", [["--resume"], []])
+def test_a_killed_checkpoint_writes_temporary_file_is_removed_by_the_next_run(stopped, tmp_path, resume):
+    out, ckpt = copy_of(stopped, tmp_path)
+    leftovers = [tmp_path / f"s.h5.ckpt.tmp-{pid}" for pid in (12345, 99999)]
+    for path in leftovers:
+        with h5py.File(path, "w") as f:  # what a write killed half way leaves
+            f.create_dataset("half", data=np.zeros(10))
+    unrelated = tmp_path / "other.h5.ckpt.tmp-12345"
+    unrelated.write_bytes(b"")
+    result = run_serial([*ARGS, "--quiet", *resume, "--out", str(out)])
+    assert result.returncode == 0, result.stderr
+    assert not any(path.exists() for path in leftovers) and unrelated.exists()
+
+
+# -- orderers' state: arrays, numbers and strings only ----------------------------------------------
+def _orderer_cases():
+    for name in sorted(available_orderers()):
+        m = 1 if orderer_class(name).centralized_alternatives else 3
+        yield pytest.param(name, m, {}, id=name)
+        if hasattr(make_orderer(name, 1, 2, 1), "walk_failures"):
+            yield pytest.param(name, m, dict(sign="walk", tie="minus"), id=f"{name}-walk")
+
+
+@pytest.mark.parametrize("name, m, options", list(_orderer_cases()))
+def test_every_orderer_resumes_from_a_checkpoint_file_with_identical_orders(tmp_path, name, m, options):
+    """Save an orderer's checkpoint_state() after 2 epochs to a real checkpoint file, restore it
+    into a fresh orderer made with the same settings, and run both on: identical orders and
+    identical state (the walk's failures and peaks included)."""
+    n, d, b = 9, 5, 2
+    rng = np.random.default_rng(3)
+    grads = [rng.standard_normal((m, n, d)) for _ in range(5)]
+    settings = (name, m, n, d, 7)
+    first = make_orderer(*settings, **options)
+    drive(first, grads[:2], b)
+    path = str(tmp_path / "o.ckpt")
+    checkpoint.save(path, {"position": 0, "run_states": [{"orderer": first.checkpoint_state()}]})
+    restored = make_orderer(*settings, **options)
+    restored.restore_state(checkpoint.load(path)["run_states"][0]["orderer"])
+    want, got = drive(first, grads[2:], b), drive(restored, grads[2:], b)
+    for epoch, (g, w) in enumerate(zip(got, want)):
+        assert np.array_equal(g, w), f"{name}: epoch {epoch} after the restore differs"
+    want, got = (checkpoint.normalized(o.checkpoint_state()) for o in (first, restored))
+    assert checkpoint.layout_mismatch(got, want) is None
+    for key, value in want.items():
+        same = np.array_equal(value, got[key]) if isinstance(value, np.ndarray) else value == got[key]
+        assert same, f"{name}: {key} differs after the restore"
+
+
+def test_an_orderer_state_that_is_not_arrays_numbers_and_strings_cannot_be_saved(tmp_path):
+    """A checkpoint stores no objects (that would need pickle): an orderer keeping, say, a list
+    makes saving fail, naming the attribute."""
+    orderer = make_orderer("d-grab", 2, 4, 3)
+    orderer.history_of_orders = [orderer.order.copy()]
+    path = str(tmp_path / "o.ckpt")
+    with pytest.raises(checkpoint.CheckpointError, match=r"run_states/0/orderer/history_of_orders is a list"):
+        checkpoint.save(path, {"run_states": [{"orderer": orderer.checkpoint_state()}]})
+    assert not os.path.exists(path) and os.listdir(tmp_path) == []

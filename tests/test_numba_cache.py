@@ -1,6 +1,8 @@
-"""ordersim.numba_cache: a change to a helper module recompiles the cached kernels that inline it."""
+"""ordersim.numba_cache: a change to a helper module recompiles the cached kernels that inline it;
+the cache directory must be private (only we may write it: Numba runs the code it finds there)."""
 
 import os
+import pwd
 import subprocess
 import sys
 import textwrap
@@ -71,3 +73,46 @@ def test_importing_ordersim_loads_neither_numpy_nor_numba():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def ordersim_with_cache_dir(cache_dir, *args):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache_dir))
+    return subprocess.run([sys.executable, "-m", "ordersim", *args], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def make_writable_by_all(path):
+    path.mkdir()
+    path.chmod(0o777)
+
+
+def give_to_nobody(path):
+    path.mkdir(mode=0o700)
+    os.chown(path, pwd.getpwnam("nobody").pw_uid, -1)
+
+
+@pytest.mark.parametrize("make, words", [
+    (make_writable_by_all, "has mode 777, writable by its group or others"),
+    (give_to_nobody, "is owned by uid"),
+])
+def test_a_numba_cache_dir_that_others_can_write_is_refused(tmp_path, make, words):
+    """Numba runs the machine code it finds in its cache: a cache directory that another user
+    owns or may write would let them run code as us (a job's cache path in a shared /tmp is
+    predictable). `python -m ordersim` refuses it in one line before anything compiles."""
+    if make is give_to_nobody and os.getuid() != 0:
+        pytest.skip("giving a directory to another user needs root")
+    cache = tmp_path / "cache"
+    make(cache)
+    result = ordersim_with_cache_dir(cache, "--help")
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "NUMBA_CACHE_DIR" in lines[0], result.stderr
+    assert list(cache.iterdir()) == []
+
+
+def test_a_missing_numba_cache_dir_is_created_private(tmp_path):
+    cache = tmp_path / "job" / "cache"
+    result = ordersim_with_cache_dir(cache, "--help")
+    assert result.returncode == 0, result.stderr
+    assert cache.is_dir() and cache.stat().st_mode & 0o777 == 0o700
+    assert ordersim_with_cache_dir(cache, "--help").returncode == 0  # ours, private: accepted

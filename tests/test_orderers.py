@@ -452,7 +452,7 @@ class GradientArray(np.ndarray):
 @pytest.mark.parametrize("name", ORDERERS)
 def test_layouts_subclasses_pickling_and_kept_orders(name):
     """The same orders whatever the gradients' memory layout (strided views, an ndarray subclass,
-    read-only arrays), after a pickle round trip mid-epoch (checkpoints pickle the orderer), and an order returned by
+    read-only arrays), after a pickle round trip mid-epoch (through checkpoint_state), and an order returned by
     begin_epoch() or read from ``order`` stays as it was when later epochs run."""
     m = 1 if is_centralized(name) else 3
     n, d, b = 11, 19, 3  # d: whole vectors of the balancing kernels' vector code and a tail

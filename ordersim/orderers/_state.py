@@ -93,15 +93,21 @@ class StateBuffer:
             start = int(self.state[slot]) * (8 // buffer.itemsize)
             setattr(self, name, buffer[start:start + int(np.prod(shape))].reshape(shape))
 
-    # Views do not survive pickling (checkpoints) as views: keep the buffer, rebuild the views.
-    def __getstate__(self):
+    # The views are not state of their own: checkpoints (and pickles) keep the buffer, and the
+    # views are bound again to the restored buffer.
+    def checkpoint_state(self) -> dict:
         views = self._state_layout()
-        return {key: value for key, value in self.__dict__.items() if key not in views}
+        return {key: value for key, value in super().checkpoint_state().items() if key not in views}
+
+    def _restored(self) -> None:
+        self.state = aligned.on_cache_line(self.state)  # a restored buffer starts anywhere
+        self._bind_views()
+
+    def __getstate__(self):
+        return self.checkpoint_state()
 
     def __setstate__(self, state):
-        self.__dict__.update(state)
-        self.state = aligned.on_cache_line(self.state)  # an unpickled buffer starts anywhere
-        self._bind_views()
+        self.restore_state(state)
 
     def _load_epoch_order(self) -> None:
         # Kernels read the epoch's order from the buffer; self.order stays a fresh array every

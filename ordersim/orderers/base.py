@@ -177,6 +177,24 @@ class Orderer:
         self.order = self._next_order()
         self.in_epoch = False
 
+    # -- checkpoints ----------------------------------------------------------------------------------
+    def checkpoint_state(self) -> dict:
+        """Everything that changes as the orderer runs, with its settings: every attribute, as
+        arrays, numbers and strings (a checkpoint stores nothing else, so that loading one runs no
+        code; ordersim.checkpoint refuses to save any other value, naming it)."""
+        return dict(vars(self), in_epoch=bool(self.in_epoch), observed=int(self.observed))
+
+    def restore_state(self, state: dict) -> None:
+        """Take the state checkpoint_state() returned (of an orderer made with the same settings)."""
+        state = dict(state)
+        in_epoch, observed = state.pop("in_epoch"), state.pop("observed")
+        self.__dict__.update(state)
+        self._restored()
+        self.in_epoch, self.observed = in_epoch, observed
+
+    def _restored(self) -> None:
+        """Rebuild what restore_state() does not set (views of restored arrays)."""
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(name={self.name!r}, workers={self.workers}, examples={self.examples}, "
