@@ -242,7 +242,7 @@ def test_resume_refuses_a_checkpoint_of_another_trace(stopped, tmp_path):
     """A checkpoint put back next to a trace written anew since (its run id differs)."""
     out, ckpt = copy_of(stopped, tmp_path)
     shutil.move(ckpt, tmp_path / "aside")
-    code, _ = stop_after([sys.executable, "-m", "ordersim", *ARGS, "--out", str(out)],
+    code, _ = stop_after([sys.executable, "-m", "ordersim", *ARGS, "--overwrite", "--out", str(out)],
                          "[rr seed 0] epoch   2/", signal.SIGKILL)
     assert code == -signal.SIGKILL
     shutil.move(tmp_path / "aside", ckpt)
@@ -281,7 +281,7 @@ def test_a_fresh_run_deletes_a_stale_checkpoint(uninterrupted, stopped, tmp_path
     checkpoint (of the old trace, further on) must not be resumed onto it: it is gone as soon as
     the new trace exists, and --resume after a hard kill starts over and ends bitwise equal."""
     out, ckpt = copy_of(stopped, tmp_path)
-    code, _ = stop_after([sys.executable, "-m", "ordersim", *ARGS, "--out", str(out)],
+    code, _ = stop_after([sys.executable, "-m", "ordersim", *ARGS, "--overwrite", "--out", str(out)],
                          "[rr seed 0] epoch   2/", signal.SIGKILL)
     assert code == -signal.SIGKILL
     assert not os.path.exists(ckpt)
@@ -299,7 +299,7 @@ def test_a_killed_checkpoint_writes_temporary_file_is_removed_by_the_next_run(st
             f.create_dataset("half", data=np.zeros(10))
     unrelated = tmp_path / "other.h5.ckpt.tmp-12345"
     unrelated.write_bytes(b"")
-    result = run_serial([*ARGS, "--quiet", *resume, "--out", str(out)])
+    result = run_serial([*ARGS, "--quiet", *(resume or ["--overwrite"]), "--out", str(out)])
     assert result.returncode == 0, result.stderr
     assert not any(path.exists() for path in leftovers) and unrelated.exists()
 
