@@ -8,7 +8,7 @@ import sys
 import time
 
 from ordersim.backend import MPIBackend, SerialBackend, abort_on_exception, world
-from ordersim.checkpoint import EXIT_CHECKPOINTED, StopRequest, checkpoint_path
+from ordersim.checkpoint import EXIT_CHECKPOINTED, checkpoint_path, stop_request
 from ordersim.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from ordersim.checkpoint import load as load_checkpoint
 from ordersim.cli import commands_help
@@ -67,15 +67,16 @@ def _main(args, comm, size) -> int:
 
 
 def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: dict | None) -> int:
-    from ordersim.simulate import (Checkpointed, check_fields, check_output, default_out_path,
-                                   prepare, run_experiment, summary_table)
+    from ordersim.simulate import (Checkpointed, StoppedInSetup, check_fields, check_output,
+                                   default_out_path, prepare, run_experiment,
+                                   stop_at_phase_boundary, summary_table)
 
-    stop = StopRequest()  # from the start: a signal during set-up stops at the first epoch boundary
+    stop = stop_request()  # installed by `python -m ordersim run` before its imports
     backend = SerialBackend(1)
     try:
         config = check_fields(build_config(values), size)
-        backend = (MPIBackend(config.workers, comm, config.exchange) if config.backend == "mpi"
-                   else SerialBackend(config.workers))
+        backend = (MPIBackend(config.workers, comm, config.exchange, config.stall_timeout, stop)
+                   if config.backend == "mpi" else SerialBackend(config.workers))
         out = backend.bcast(config.out or default_out_path())
         error = check_output(out) if rank == 0 else None
         state, complete = None, False
@@ -90,12 +91,21 @@ def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: dic
             if rank == 0:
                 print(f"ordersim: {out} is already complete: nothing to resume", flush=True)
             return 0
+        stop_at_phase_boundary(backend, stop, "checking the config and the output")
         state = broadcast_resume(backend, state)
-        setup = prepare(config, backend)
+        setup = prepare(config, backend, stop)
     except ConfigError as err:
         if rank == 0:
             print(f"ordersim: error: {err}", file=sys.stderr, flush=True)
         return 2
+    except StoppedInSetup as phase:
+        backend.close()
+        if rank == 0:
+            print(f"ordersim: stopped by {stop.signal_name or 'a signal to another rank'} during the "
+                  f"set-up ({phase}), before the first epoch: no checkpoint written; --resume starts "
+                  f"from the beginning, or from the checkpoint a previous attempt left "
+                  f"(exit {EXIT_CHECKPOINTED})", file=sys.stderr, flush=True)
+        return EXIT_CHECKPOINTED
     if rank == 0 and setup.dropped:
         print(f"ordersim: warning: dropped {setup.dropped} training examples so that each of the "
               f"{config.workers} workers holds {setup.n} (recorded as 'dropped_examples' in the trace)",
@@ -125,7 +135,7 @@ def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: dic
     return 0
 
 
-RESULT_NEUTRAL = ("quiet", "exchange")  # fields that change no value in the trace
+RESULT_NEUTRAL = ("quiet", "exchange", "stall_timeout")  # fields that change no value in the trace
 
 
 def config_differences(saved_json: str, config) -> list[str]:
