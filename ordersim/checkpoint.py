@@ -46,6 +46,10 @@ class StopRequest:
             self.wakeup, write = os.pipe()
             os.set_blocking(write, False)
             signal.set_wakeup_fd(write, warn_on_full_buffer=False)  # unread: bytes are dropped
+        self.install()
+
+    def install(self) -> None:
+        """(Re)install the handlers: MPI_Init puts its own on SIGUSR1 (MPICH)."""
         for sig in SIGNALS:
             signal.signal(sig, self._handle)
 

@@ -420,7 +420,8 @@ def mpi_epoch(batch_grads):
             if status == STALLED:
                 break
             if trace_every > 0 and step % trace_every == 0:
-                if exchange(local_loss, all_loss, link) == STALLED:
+                status = exchange(local_loss, all_loss, link)
+                if status == STALLED:
                     break
                 step_loss = 0.0
                 for w in range(m):  # in worker order, as sum_in_worker_order

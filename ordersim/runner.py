@@ -12,6 +12,7 @@ from ordersim.checkpoint import EXIT_CHECKPOINTED, checkpoint_path, stop_request
 from ordersim.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from ordersim.checkpoint import load as load_checkpoint
 from ordersim.cli import commands_help
+from ordersim.stall import EXIT_STALLED, SIGNAL_GRACE_SECONDS
 from ordersim.config import ConfigError, add_arguments, build_config, overrides_from_args
 from ordersim.sweep import config_cells, select_cell
 
@@ -24,7 +25,10 @@ breast_cancer data, rr, d-grab and cd-grab, 3 seeds. Every config field can be s
 file or by its flag (flags win). A config with a [sweep] table runs every cell into its own file,
 or only cell I with --cell I (or SLURM_ARRAY_TASK_ID): see `python -m ordersim sweep --help`.
 SIGTERM or SIGUSR1 (Slurm's warning) makes every rank stop at the next epoch boundary, write a
-checkpoint next to the trace and exit with code {EXIT_CHECKPOINTED}; run again with --resume.
+checkpoint next to the trace and exit with code {EXIT_CHECKPOINTED}; run again with --resume (during
+the set-up: exit {EXIT_CHECKPOINTED} at its next phase, no checkpoint; --resume starts over). A wait
+for the other ranks longer than --stall-timeout (or {SIGNAL_GRACE_SECONDS:g} s after such a signal)
+aborts the job with exit {EXIT_STALLED}.
 One Numba/BLAS thread per rank unless NUMBA_NUM_THREADS / OMP_NUM_THREADS say otherwise."""
 
 
@@ -45,6 +49,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     comm, size = world()
+    stop_request().install()  # again after MPI_Init, which replaces the SIGUSR1 handler (MPICH)
     args = parser().parse_args(argv)
     return abort_on_exception(comm, _main, args, comm, size)
 
