@@ -12,8 +12,8 @@ from ordersim.checkpoint import EXIT_CHECKPOINTED, checkpoint_path, stop_request
 from ordersim.checkpoint import FORMAT as CHECKPOINT_FORMAT
 from ordersim.checkpoint import load as load_checkpoint
 from ordersim.cli import commands_help
-from ordersim.stall import EXIT_STALLED, SIGNAL_GRACE_SECONDS
 from ordersim.config import ConfigError, add_arguments, build_config, overrides_from_args
+from ordersim.stall import EXIT_STALLED, SIGNAL_GRACE_SECONDS
 from ordersim.sweep import config_cells, select_cell
 
 DESCRIPTION = f"""\
