@@ -2,27 +2,27 @@
 
 Both backends expose the same few operations, so the simulator is one code path. Per-step traffic
 goes through the jitted epoch loop's exchange (ordersim/node_exchange.py: shared memory on one
-node, else MPI_Allgather); the per-epoch traffic through mpi4py.
+node, else MPI_Allgather); the per-epoch traffic through mpi4py. Every wait for the other ranks
+is bounded by the stall timeout (ordersim/stall.py).
 """
 
 import os
 import socket
 import sys
-import time
 import traceback
+from contextlib import nullcontext
 
 import numpy as np
 
 from ordersim import aligned
-
-
-ABORT_GRACE_SECONDS = 1.0
+from ordersim.stall import EXIT_STALLED, Stalled, Watchdog, abort_job
 
 
 class SerialBackend:
     name = "serial"
     rank, size = 0, 1
     exchange = "none"  # how ranks exchange each step's buffers (MPIBackend)
+    phase = "the set-up"  # where the job is: named when a wait stalls (MPIBackend)
 
     def __init__(self, workers: int):
         self.workers = workers
@@ -79,9 +79,15 @@ class SerialBackend:
 
 
 class MPIBackend(SerialBackend):
+    """The workers spread over the ranks of `comm`. Each wait for the other ranks (the mpi4py
+    collectives here, and the epoch loop's exchanges: run_steps) is watched: one that lasts
+    longer than `stall_timeout` seconds (0: no limit), or, after SIGTERM/SIGUSR1 noted by `stop`,
+    longer than the signal's grace, aborts the job with one line (ordersim/stall.py)."""
+
     name = "mpi"
 
-    def __init__(self, workers: int, comm, exchange: str = "auto"):
+    def __init__(self, workers: int, comm, exchange: str = "auto", stall_timeout: float = 0.0,
+                 stop=None):
         from mpi4py import MPI
 
         from ordersim import node_exchange
@@ -89,80 +95,121 @@ class MPIBackend(SerialBackend):
 
         self.comm = comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.watchdog = Watchdog(comm, stall_timeout, stop)
         self.workers = workers
         self.comm_handle = comm_handle(comm)  # for MPI calls from jitted code
         per_rank = workers // self.size
         self.first, self.last = self.rank * per_rank, (self.rank + 1) * per_rank
         # The step's exchange goes through shared memory when every rank is on this node
         # (ordersim/node_exchange.py); collective, so every rank reaches the same answer.
-        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        with self._waiting("finding the ranks of this node (MPI_Comm_split_type)"):
+            node = comm.Split_type(MPI.COMM_TYPE_SHARED)
         one_node = node.Get_size() == self.size
         node.Free()
         shared = exchange == "auto" and one_node and self.size > 1 and node_exchange.AVAILABLE
         self.exchange = "shared-memory" if shared else "allgather"
         self._slots = None
+        self._calls = np.zeros(1, np.int64)  # the MPI_Allgather exchanges: the watchdog's progress
+
+    @property
+    def phase(self) -> str:
+        return self.watchdog.phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        self.watchdog.phase = value
+
+    def _waiting(self, what: str, progress=None):
+        return self.watchdog.waiting(what, progress)
 
     def exchange_link(self, doubles: int) -> tuple:
         """What the jitted step loop passes to node_exchange.exchange for buffers of up to
         `doubles` per rank (collective: every rank calls it with the same size)."""
         from ordersim.node_exchange import SharedSlots
 
+        limits = self.watchdog.limits
         if self.exchange == "allgather":
             no_slots = np.zeros((0, 1))
-            return self.comm_handle, self.rank, np.zeros(0, np.int64), no_slots, np.zeros(1, np.int64)
+            return self.comm_handle, self.rank, np.zeros(0, np.int64), no_slots, self._calls, limits
         if self._slots is None or self._slots.doubles < doubles:
-            if self._slots is not None:
-                self._slots.free()
-            self._slots = SharedSlots(self.comm, doubles)
+            with self._waiting("allocating the shared-memory exchange's window (MPI_Win_allocate_shared)"):
+                if self._slots is not None:
+                    self._slots.free()
+                self._slots = SharedSlots(self.comm, doubles)
         slots = self._slots
-        return self.comm_handle, self.rank, slots.flags, slots.slots, slots.calls
+        return self.comm_handle, self.rank, slots.flags, slots.slots, slots.calls, limits
+
+    def run_steps(self, loop, *args):
+        """loop(*args): the jitted epoch loop (engine.mpi_epoch), whose link came from
+        exchange_link. Its MPI_Allgather is watched by the watchdog, through the count of
+        exchanges; its shared-memory spin watches itself, and Stalled is raised here when it
+        gave up."""
+        allgather = self.exchange == "allgather"
+        with self._waiting("the step exchange (MPI_Allgather)", self._calls) if allgather else nullcontext():
+            done = loop(*args)
+        self.watchdog.raise_if_gave_up("the step exchange (shared memory)")
+        return done
 
     def close(self):
+        # not watched: after a stop the other ranks wait here while rank 0 writes the checkpoint
         if self._slots is not None:
             self._slots.free()
             self._slots = None
+        self.watchdog.close()
 
     def gather_workers(self, local, out):
-        self.comm.Allgather(np.ascontiguousarray(local), out)
+        with self._waiting("gathering the workers' rows (MPI_Allgather)"):
+            self.comm.Allgather(np.ascontiguousarray(local), out)
         return out
 
     def max(self, value):
         from mpi4py import MPI
 
-        return self.comm.allreduce(value, op=MPI.MAX)
+        with self._waiting("the maximum over the ranks (MPI_Allreduce)"):
+            return self.comm.allreduce(value, op=MPI.MAX)
 
     def bcast(self, obj):
-        return self.comm.bcast(obj, root=0)
+        with self._waiting("a broadcast from rank 0 (MPI_Bcast)"):
+            return self.comm.bcast(obj, root=0)
 
     def agree(self, error):
-        return next((e for e in self.comm.allgather(error) if e), None)
+        with self._waiting("the agreement on errors (MPI_Allgather)"):
+            errors = self.comm.allgather(error)
+        return next((e for e in errors if e), None)
 
     def any(self, flag):
         from mpi4py import MPI
 
-        return bool(self.comm.allreduce(int(bool(flag)), op=MPI.MAX))
+        with self._waiting("the agreement on a stop request (MPI_Allreduce)"):
+            return bool(self.comm.allreduce(int(bool(flag)), op=MPI.MAX))
 
     def gather(self, obj):
-        return self.comm.gather(obj, root=0)
+        with self._waiting("a gather to rank 0 (MPI_Gather)"):
+            return self.comm.gather(obj, root=0)
 
     def allgather(self, obj):
-        return self.comm.allgather(obj)
+        with self._waiting("an allgather (MPI_Allgather)"):
+            return self.comm.allgather(obj)
 
     def scatter(self, objects):
-        present = self.comm.bcast(objects is not None, root=0)
-        return self.comm.scatter(objects, root=0) if present else None
+        present = self.bcast(objects is not None)
+        if not present:
+            return None
+        with self._waiting("a scatter from rank 0 (MPI_Scatter)"):
+            return self.comm.scatter(objects, root=0)
 
     def scatter_rows(self, block_of, shape):
-        if self.rank == 0:
-            for rank in range(1, self.size):
-                self.comm.Send(np.ascontiguousarray(block_of(rank), dtype=np.float64), dest=rank)
-            return aligned.on_cache_line(np.asarray(block_of(0), dtype=np.float64))
-        block = aligned.empty(shape)  # the step loops' rows (ordersim/aligned.py)
-        self.comm.Recv(block, source=0)
-        return block
+        with self._waiting("sending the data rows from rank 0 (MPI_Send/MPI_Recv)"):
+            if self.rank == 0:
+                for rank in range(1, self.size):
+                    self.comm.Send(np.ascontiguousarray(block_of(rank), dtype=np.float64), dest=rank)
+                return aligned.on_cache_line(np.asarray(block_of(0), dtype=np.float64))
+            block = aligned.empty(shape)  # the step loops' rows (ordersim/aligned.py)
+            self.comm.Recv(block, source=0)
+            return block
 
     def hosts(self):
-        return self.comm.allgather(socket.gethostname())
+        return self.allgather(socket.gethostname())
 
     def abort(self, code):
         sys.stdout.flush()
@@ -207,12 +254,14 @@ def abort_on_exception(comm, func, *args):
         return func(*args)
     except SystemExit:
         raise
+    except Stalled as stalled:  # one line: the wait, not a traceback
+        print(stalled, file=sys.stderr, flush=True)
+        abort_job(comm, EXIT_STALLED)
+        raise SystemExit(EXIT_STALLED)
     except BaseException:
         traceback.print_exc()
         sys.stderr.flush()
         if comm is not None and comm.Get_size() > 1:
-            # A moment for rank 0 to finish writing the epoch it holds; the others wait in a
-            # collective that will never complete, so Abort ends them.
-            time.sleep(ABORT_GRACE_SECONDS)
-            comm.Abort(1)
+            # the others wait in a collective that will never complete, so Abort ends them
+            abort_job(comm, 1)
         raise SystemExit(1)

@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import signal
+import threading
 import uuid
 
 import numpy as np
@@ -48,19 +49,62 @@ class CheckpointError(Exception):
 
 
 class StopRequest:
-    """Remembers that SIGTERM or SIGUSR1 arrived; the work stops at the next epoch boundary."""
+    """Remembers that SIGTERM or SIGUSR1 arrived; the work stops at the next epoch boundary, or
+    at the next phase boundary of the set-up.
+
+    One per process (stop_request()), which `python -m ordersim run` installs before its heavy
+    imports and keeps until the exit: a repeated signal is only remembered again, never fatal.
+    The C-level handler also writes the signal's number to the pipe `wakeup`, which a thread can
+    wait on while the main thread is inside jitted code or MPI (ordersim/stall.py): the Python
+    handler runs only when the main thread executes bytecode again."""
 
     def __init__(self):
         self.signal_name = None
+        self.wakeup = None
+        if threading.current_thread() is threading.main_thread():  # set_wakeup_fd's condition
+            self.wakeup, write = os.pipe()
+            os.set_blocking(write, False)
+            signal.set_wakeup_fd(write, warn_on_full_buffer=False)  # unread: bytes are dropped
+        self.install()
+
+    def install(self) -> None:
+        """(Re)install the handlers: MPI_Init puts its own on SIGUSR1 (MPICH)."""
         for sig in SIGNALS:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum, frame):
-        self.signal_name = signal.Signals(signum).name
+        self.note(signum)
+
+    def note(self, signum: int) -> None:
+        """Remember the signal (the first one's name is kept)."""
+        if self.signal_name is None:
+            self.signal_name = signal.Signals(signum).name
+
+    def drain(self) -> bytes:
+        """The signal numbers written to `wakeup` since the last call (blocks until there is one)."""
+        return os.read(self.wakeup, 512)
 
     @property
     def requested(self) -> bool:
         return self.signal_name is not None
+
+    def ignore_from_now(self) -> None:
+        """Ignore the signals from here to the exit, whose code is decided: the interpreter's
+        shutdown would otherwise restore their default action, and a repeated SIGTERM during it
+        would kill the process (exit 143) after the checkpoint was written."""
+        for sig in SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+
+
+_installed: StopRequest | None = None
+
+
+def stop_request() -> StopRequest:
+    """The process's StopRequest, installed on the first call."""
+    global _installed
+    if _installed is None:
+        _installed = StopRequest()
+    return _installed
 
 
 def checkpoint_path(out: str) -> str:

@@ -39,4 +39,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ordersim: error: {error}", file=sys.stderr)
             return 2
     module, function, _ = COMMANDS[argv[0]]
-    return getattr(importlib.import_module(module), function)(argv[1:])
+    if argv[0] != "run":
+        return getattr(importlib.import_module(module), function)(argv[1:])
+    from ordersim.checkpoint import stop_request  # light: signal, os, pickle
+
+    # SIGTERM/SIGUSR1 handled from before the heavy imports (NumPy, Numba, MPI: seconds) to the
+    # exit: a signal at any moment stops the run cleanly (exit 3), never kills it
+    stop = stop_request()
+    try:
+        return getattr(importlib.import_module(module), function)(argv[1:])
+    finally:
+        stop.ignore_from_now()

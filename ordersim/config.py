@@ -102,6 +102,10 @@ class Config:
                           "(through shared memory when all ranks are on one node, else "
                           "MPI_Allgather) or allgather (always); the traces are the same",
                           default="auto")
+    stall_timeout: float = _help("mpi backend: seconds a rank may wait for the others at one exchange "
+                                 "or agreement before the whole job aborts (exit 4) with one line "
+                                 "naming the wait; after SIGTERM/SIGUSR1 no wait lasts more than 20 s "
+                                 "past the signal (0 = no timeout; docs/cluster.md)", default=600.0)
     out: str = _help("output HDF5 file ('' = ordersim-<UTC time>.h5 in the current directory); an "
                      "existing file is refused unless it is an ordersim trace and --overwrite or "
                      "--resume is given, and so is the run's own input file", default="")

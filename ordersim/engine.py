@@ -349,7 +349,8 @@ def mpi_epoch(batch_grads):
     the losses, into ``trace_loss[k]``. The last update (and a coordinated orderer's last
     observe) follows the loop. Returns the steps done, or -(steps done) - 1 when x stopped being
     finite. timers (3,) accumulates compute, communication and ordering seconds (jit_clock);
-    total (d,) is the update's scratch.
+    total (d,) is the update's scratch. When an exchange gives up waiting (node_exchange.STALLED)
+    the loop returns at once, with the step in the link's limits (ordersim/stall.py).
 
     The operations are the serial backend's, in the same order (worker_step, row_sums,
     apply_update), so the traces are bitwise the serial ones. Python-level calls per step cost
@@ -359,9 +360,12 @@ def mpi_epoch(batch_grads):
     kernel = _MPI_EPOCHS.get(batch_grads)
     if kernel is not None:
         return kernel
-    from ordersim.node_exchange import collect, exchange, publish
+    from ordersim.node_exchange import STALLED, collect, exchange, publish
+    from ordersim.stall import STEP
 
-    @njit(error_model="numpy", _nrt=False)  # no reference counting: see serial_epoch
+    # no reference counting: see serial_epoch; without the GIL: the stall watchdog's thread must
+    # run while this waits in an exchange (ordersim/stall.py)
+    @njit(error_model="numpy", _nrt=False, nogil=True)
     def kernel(observe, x, velocity, lr, momentum, weight_decay, A, y, params, order, n, b, idx,
                grads, local_sums, local_loss, total, history, coef, coded, first_step,
                coordinated, gathered, all_loss, trace_every, trace_loss, state, link, timers):
@@ -371,6 +375,7 @@ def mpi_epoch(batch_grads):
         pos = np.int64(0)  # not a literal 0: see serial_epoch
         compute = communicate = ordering = 0.0
         finite = True
+        status = 0  # of the step's exchanges: STALLED ends the loop
         previous = gathered  # a coordinated orderer's gradients of the step before
         while pos < n:
             count = min(b, n - pos)
@@ -406,15 +411,18 @@ def mpi_epoch(batch_grads):
             if coordinated:
                 if b == 1:  # a worker's gradient is its sum (the updates add it to 0.0 either way)
                     all_grads = history[step % slots].reshape((m, 1, d))
-                    collect(local_grads, all_grads, link)
-                else:
-                    collect(local_grads, all_grads, link)
+                status = collect(local_grads, all_grads, link)
+                if b > 1:
                     row_sums(all_grads, history[step % slots])
                 previous = all_grads
             else:
-                collect(local_sums, history[step % slots], link)
+                status = collect(local_sums, history[step % slots], link)
+            if status == STALLED:
+                break
             if trace_every > 0 and step % trace_every == 0:
-                exchange(local_loss, all_loss, link)
+                status = exchange(local_loss, all_loss, link)
+                if status == STALLED:
+                    break
                 step_loss = 0.0
                 for w in range(m):  # in worker order, as sum_in_worker_order
                     step_loss += all_loss[w, 0]
@@ -426,6 +434,9 @@ def mpi_epoch(batch_grads):
             last_count = count
             pos += count
             k += 1
+        if status == STALLED:  # the caller raises Stalled (MPIBackend.run_steps)
+            link[5][STEP] = k
+            return k
         if coordinated and k > 0:
             t0 = seconds()
             observe(previous, state)

@@ -19,7 +19,10 @@ after every rank published c + 1, that is after every rank finished copying out 
 is written with release and read with acquire semantics (LLVM atomics), so the data a flag
 announces is visible once the flag is. A waiting rank spins on the flag and yields the core every
 few hundred reads (sched_yield), so more ranks than cores still make progress; if another rank
-fails, its MPI_Abort (backend.abort_on_exception) ends the waiting ones too. The result is the
+fails, its MPI_Abort (backend.abort_on_exception) ends the waiting ones too. At each yield the
+spin reads the clock, and gives up a wait longer than the stall timeout (or, after SIGTERM or
+SIGUSR1, than the signal's grace; ordersim/stall.py): collect() then returns STALLED, with the
+rank it waited for in the link's limits. The result is the
 bytes MPI_Allgather would deliver, in the same rank order: the choice changes times, never values.
 
 ``exchange = "allgather"`` in the config, ranks on several nodes, or a platform without
@@ -36,11 +39,14 @@ from numba import config, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ordersim.jit_clock import seconds
 from ordersim.jit_mpi import allgather
+from ordersim.stall import WAITED, WAITED_FOR, waited_too_long
 
 AVAILABLE = hasattr(os, "sched_yield")  # POSIX; elsewhere every exchange is an MPI_Allgather
 FLAG_STRIDE = 8  # int64s between two ranks' flags: one 64-byte cache line each, no false sharing
 SPINS_BEFORE_YIELD = 256
+STALLED = -1  # collect()'s result when it gave up waiting (MPI's error codes are > 0)
 
 
 @intrinsic
@@ -115,11 +121,12 @@ def publish(send, link):
     """The first half of an exchange: this rank's C-contiguous float64 ``send`` into its slot,
     announced to the other ranks. Nothing with MPI_Allgather, which sends at collect(). The
     rank may do other work before collect(), while the others catch up; ``send`` must not
-    change until then. link = (comm, rank, flags, slots, calls) from MPIBackend.exchange_link."""
-    comm, rank, flags, slots, calls = link
+    change until then. link = (comm, rank, flags, slots, calls, limits) from
+    MPIBackend.exchange_link; calls[0] counts the exchanges (the stall watchdog's progress)."""
+    comm, rank, flags, slots, calls, limits = link
+    calls[0] += 1
     if slots.shape[0] == 0:
         return
-    calls[0] += 1
     call, ranks = calls[0], slots.shape[0] // 2
     source, mine = send.reshape(-1), slots[(call & 1) * ranks + rank]
     for i in range(source.size):
@@ -131,20 +138,28 @@ def publish(send, link):
 def collect(send, recv, link):
     """The second half: every rank's ``send`` in rank order into ``recv`` (ranks x send.size), as
     MPI_Allgather delivers it; waits for the ranks that have not published yet. With an empty
-    ``slots`` this is the MPI_Allgather on communicator ``comm``. Returns 0, or MPI's error code."""
-    comm, rank, flags, slots, calls = link
+    ``slots`` this is the MPI_Allgather on communicator ``comm``. Returns 0, MPI's error code, or
+    STALLED when a wait went on too long (limits[WAITED_FOR], limits[WAITED]: for whom, how long)."""
+    comm, rank, flags, slots, calls, limits = link
     if slots.shape[0] == 0:
         return allgather(send, recv, comm)
     call, ranks, size = calls[0], slots.shape[0] // 2, send.size
     target, parity = recv.reshape(-1), (call & 1) * ranks
     for q in range(ranks):
         spins = 0
+        started = -1.0  # the clock at the wait's first yield: no clock read on the fast path
         while load_acquire(flags.ctypes.data + q * FLAG_STRIDE * 8) < call:
             spin_hint()
             spins += 1
             if spins == SPINS_BEFORE_YIELD:
                 yield_core()
                 spins = 0
+                now = seconds()
+                if started < 0.0:
+                    started = now
+                elif waited_too_long(limits, started, now):
+                    limits[WAITED_FOR], limits[WAITED] = q, now - started
+                    return STALLED
         theirs, offset = slots[parity + q], q * size
         for i in range(size):
             target[offset + i] = theirs[i]
@@ -154,7 +169,7 @@ def collect(send, recv, link):
 @njit(error_model="numpy", _nrt=False)
 def exchange(send, recv, link):
     """publish() then collect(): every rank's ``send`` in rank order into ``recv``, as
-    MPI_Allgather. Returns 0, or MPI's error code."""
+    MPI_Allgather. Returns collect()'s result."""
     publish(send, link)
     return collect(send, recv, link)
 

@@ -9,11 +9,12 @@ import time
 from ordersim import backend as backend_module
 from ordersim.backend import (INSTALL_MPI, MPIBackend, MPIUnavailable, SerialBackend,
                               abort_on_exception, world)
-from ordersim.checkpoint import EXIT_CHECKPOINTED, CheckpointError, StopRequest, checkpoint_path
+from ordersim.checkpoint import EXIT_CHECKPOINTED, CheckpointError, checkpoint_path, stop_request
 from ordersim.checkpoint import load as load_checkpoint
 from ordersim.cli import commands_help
 from ordersim.config import ConfigError, add_arguments, build_config, overrides_from_args
 from ordersim.output import OutputLock, input_files, same_file
+from ordersim.stall import EXIT_STALLED, SIGNAL_GRACE_SECONDS
 from ordersim.sweep import Cell, config_cells, select_cell
 
 DESCRIPTION = f"""\
@@ -32,7 +33,10 @@ holds a lock on <out>.lock for the whole run.
 SIGTERM or SIGUSR1 (Slurm's warning) makes every rank stop at the next epoch boundary, write a
 checkpoint next to the trace (<out>.ckpt: HDF5 with arrays, numbers and strings only, and a
 sha256 checksum; loading it runs no code) and exit with code {EXIT_CHECKPOINTED}; run again with
---resume. A run without --resume deletes any checkpoint of its output.
+--resume (during the set-up: exit {EXIT_CHECKPOINTED} at its next phase, no checkpoint; --resume
+starts over). A run without --resume deletes any checkpoint of its output. A wait for the other
+ranks longer than --stall-timeout (or {SIGNAL_GRACE_SECONDS:g} s after such a signal) aborts the
+job with exit {EXIT_STALLED}.
 One Numba/BLAS thread per rank unless NUMBA_NUM_THREADS / OMP_NUM_THREADS say otherwise.
 Code that runs: --problem PATH imports that file (Python: it can do anything you can), and Numba
 loads compiled machine code from its cache (next to the sources, or NUMBA_CACHE_DIR: under Slurm
@@ -68,6 +72,7 @@ def main(argv: list[str]) -> int:
     except MPIUnavailable as err:
         print(f"ordersim: error: {err}", file=sys.stderr, flush=True)
         return 2
+    stop_request().install()  # again after MPI_Init, which replaces the SIGUSR1 handler (MPICH)
     return abort_on_exception(comm, _main, args, comm, size)
 
 
@@ -101,10 +106,11 @@ def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
 
 def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cell | None,
                lock: OutputLock) -> int:
-    from ordersim.simulate import (Checkpointed, check_fields, check_output, default_out_path,
-                                   prepare, run_experiment, summary_table)
+    from ordersim.simulate import (Checkpointed, StoppedInSetup, check_fields, check_output,
+                                   default_out_path, prepare, run_experiment,
+                                   stop_at_phase_boundary, summary_table)
 
-    stop = StopRequest()  # from the start: a signal during set-up stops at the first epoch boundary
+    stop = stop_request()  # installed by `python -m ordersim run` before its imports
     backend = SerialBackend(1)
     try:
         config = build_config(values)
@@ -117,8 +123,8 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
                 print(f"ordersim: note: no MPI library ({backend_module.MPI_LOAD_ERROR}): running "
                       f"the serial backend", file=sys.stderr, flush=True)
         config = check_fields(config, size)
-        backend = (MPIBackend(config.workers, comm, config.exchange) if config.backend == "mpi"
-                   else SerialBackend(config.workers))
+        backend = (MPIBackend(config.workers, comm, config.exchange, config.stall_timeout, stop)
+                   if config.backend == "mpi" else SerialBackend(config.workers))
         out = backend.bcast(config.out or default_out_path())
         error = None
         if rank == 0:  # the lock first: nothing may touch a file another run is writing
@@ -135,12 +141,21 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
             if rank == 0:
                 print(f"ordersim: {out} is already complete: nothing to resume", flush=True)
             return 0
+        stop_at_phase_boundary(backend, stop, "checking the config and the output")
         state = broadcast_resume(backend, state)
-        setup = prepare(config, backend)
+        setup = prepare(config, backend, stop)
     except ConfigError as err:
         if rank == 0:
             print(f"ordersim: error: {err}", file=sys.stderr, flush=True)
         return 2
+    except StoppedInSetup as phase:
+        backend.close()
+        if rank == 0:
+            print(f"ordersim: stopped by {stop.signal_name or 'a signal to another rank'} during the "
+                  f"set-up ({phase}), before the first epoch: no checkpoint written; --resume starts "
+                  f"from the beginning, or from the checkpoint a previous attempt left "
+                  f"(exit {EXIT_CHECKPOINTED})", file=sys.stderr, flush=True)
+        return EXIT_CHECKPOINTED
     if rank == 0 and setup.dropped:
         print(f"ordersim: warning: dropped {setup.dropped} training examples so that each of the "
               f"{config.workers} workers holds {setup.n} (recorded as 'dropped_examples' in the trace)",
@@ -174,7 +189,8 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
     return 0
 
 
-RESULT_NEUTRAL = ("quiet", "exchange", "overwrite")  # fields that change no value in the trace
+# fields that change no value in the trace
+RESULT_NEUTRAL = ("quiet", "exchange", "overwrite", "stall_timeout")
 
 
 def config_differences(saved_json: str, config) -> list[str]:

@@ -68,6 +68,7 @@ def check_fields(config: Config, ranks: int) -> Config:
         ("test_fraction", 0 <= config.test_fraction < 1, "0 <= test_fraction < 1"),
         ("alpha", config.alpha > 0 and math.isfinite(config.alpha), "a finite number > 0"),
         ("walk_c", config.walk_c >= 0 and math.isfinite(config.walk_c), "0 (the theory's value) or > 0"),
+        ("stall_timeout", 0 <= config.stall_timeout < math.inf, "0 (no limit) or a finite number of seconds > 0"),
     ):
         if not ok:
             bad(name, getattr(config, name), allowed)
@@ -161,14 +162,26 @@ def _plan(config: Config, share) -> tuple:
     return problem, plan, shards, dropped
 
 
-def prepare(config: Config, backend: SerialBackend) -> Setup:
+class StoppedInSetup(Exception):
+    """SIGTERM or SIGUSR1 arrived (on some rank) during the set-up; the message names the phase."""
+
+
+def stop_at_phase_boundary(backend: SerialBackend, stop: StopRequest | None, phase: str) -> None:
+    """At a boundary of the set-up's phases: StoppedInSetup on every rank when a stop was
+    requested on any (one small all-reduce; the set-up holds nothing worth a checkpoint)."""
+    if backend.any(stop is not None and stop.requested):
+        raise StoppedInSetup(phase)
+
+
+def prepare(config: Config, backend: SerialBackend, stop: StopRequest | None = None) -> Setup:
     """Load data, build the problem, partition, constants; ConfigError on bad input, on every rank.
 
     No rank holds more of the data set than its workers' shards and test rows. Synthetic, HDF5,
     LIBSVM, CSV and npz data are read by every rank, each only its rows (the pass that checks the
     rows and computes the standardization statistics is split among the ranks); the scikit-learn
     sets are loaded by rank 0, which sends every rank its rows. The constants are computed from
-    per-worker sums.
+    per-worker sums. After each phase (the data plan, the rows, the constants) a stop requested
+    through `stop` raises StoppedInSetup on every rank.
     """
     streamed = streamed_source(config.data)
     error, planned = None, None
@@ -180,6 +193,7 @@ def prepare(config: Config, backend: SerialBackend) -> Setup:
     error = backend.agree(error)
     if error:
         raise ConfigError(error)
+    stop_at_phase_boundary(backend, stop, "opening the data and building the problem")
     if not streamed:  # labels, partition and what the plan knows, from rank 0
         if backend.rank == 0:
             problem, plan, shards, dropped = planned
@@ -215,11 +229,13 @@ def prepare(config: Config, backend: SerialBackend) -> Setup:
         test_A = rows_for(lambda r: plan.test_rows(test_bounds[r * per_rank], test_bounds[(r + 1) * per_rank]),
                           (hi - lo, features))
         test_y = np.ascontiguousarray(test_labels[lo:hi])
+    stop_at_phase_boundary(backend, stop, "reading the data rows")
     with warnings.catch_warnings():
         if backend.rank != 0:  # every rank runs the same solver: one copy of its warnings is enough
             warnings.simplefilter("ignore")
         constants = worker_constants(problem, WorkerRows(backend, A, y, n), shards,
                                      cache_dir=config.cache_dir or None)
+    stop_at_phase_boundary(backend, stop, "computing the problem's constants")
     if config.schedule == "theory" and not (constants.get("mu") or 0) > 0:
         raise ConfigError("config field 'schedule': 'theory' needs a problem with mu > 0 (a PL or "
                           f"strongly convex problem); {config.problem} has mu = {constants.get('mu')}")
@@ -389,11 +405,11 @@ class Run:
         trace_loss = np.full(self.steps_per_epoch, np.nan)  # filled every trace_every steps
         timers = np.zeros(3)
         link = s.backend.exchange_link(gathered.size // s.backend.size if self.coordinated else local * d)
-        done = kernel(observe, self.x, self.velocity, lr, config.momentum, config.weight_decay,
-                      s.A, s.y, s.problem.params, order, n, b, self.idx, grads,
-                      aligned.empty((local, d)), np.empty((local, 1)), aligned.empty(d), history, coef,
-                      coded, self.step, self.coordinated, gathered, np.empty((m, 1)),
-                      config.trace_every, trace_loss, state, link, timers)
+        done = s.backend.run_steps(
+            kernel, observe, self.x, self.velocity, lr, config.momentum, config.weight_decay, s.A,
+            s.y, s.problem.params, order, n, b, self.idx, grads, aligned.empty((local, d)),
+            np.empty((local, 1)), aligned.empty(d), history, coef, coded, self.step, self.coordinated,
+            gathered, np.empty((m, 1)), config.trace_every, trace_loss, state, link, timers)
         self._record_steps(epoch, trace_loss[:done if done >= 0 else -done - 1])
         for key, seconds in zip(("compute_time", "comm_time", "order_time"), timers):
             self.timers[key] += seconds
@@ -520,6 +536,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
     constants = {k: v for k, v in setup.constants.items() if k != "x_star"}
     for index in range(position, len(plan)):
         orderer_name, seed = plan[index]
+        backend.phase = f"the start of {orderer_name} seed {seed}"
         if resumed is not None:  # the run the checkpoint stopped inside
             run, resumed = resumed, None
             trace = writer.run(orderer_name, seed)
@@ -539,6 +556,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
                 trace.append_orders(visited)
             first_epoch = 1
         for epoch in range(first_epoch, config.epochs + 1):
+            backend.phase = f"epoch {epoch} of {orderer_name} seed {seed}"
             lr = learning_rate(config, epoch - 1, setup)
             if not run.train_epoch(epoch, lr):
                 run.status = "diverged"

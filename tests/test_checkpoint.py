@@ -8,6 +8,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
+import time
 
 import h5py
 import numpy as np
@@ -347,3 +349,88 @@ def test_an_orderer_state_that_is_not_arrays_numbers_and_strings_cannot_be_saved
     with pytest.raises(checkpoint.CheckpointError, match=r"run_states/0/orderer/history_of_orders is a list"):
         checkpoint.save(path, {"run_states": [{"orderer": orderer.checkpoint_state()}]})
     assert not os.path.exists(path) and os.listdir(tmp_path) == []
+
+
+def test_signals_repeated_through_the_shutdown_still_exit_3(uninterrupted, tmp_path):
+    """SIGUSR1, then SIGTERM every few ms until the process is gone (Slurm's warning followed by
+    the time limit's SIGTERM, or an impatient user): the stop stays a checkpoint (exit 3, which the
+    Slurm templates requeue), never a death by signal (143) during the interpreter's shutdown."""
+    out = tmp_path / "repeated.h5"
+    proc = subprocess.Popen([sys.executable, "-m", "ordersim", *ARGS, "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in proc.stdout:
+            if "[rr seed 0] epoch   2/" in line:
+                break
+        proc.send_signal(signal.SIGUSR1)
+        repeats = 0
+        while proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            repeats += 1
+            time.sleep(0.005)
+        proc.stdout.read()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == checkpoint.EXIT_CHECKPOINTED and repeats > 1
+    result = run_serial([*ARGS, "--quiet", "--resume", "--out", str(out)])
+    assert result.returncode == 0, result.stderr
+    assert_bitwise_equal(uninterrupted, contents(out))
+
+
+def handlers_installed(pid: int) -> bool:
+    """Whether the process catches SIGTERM (SigCgt in /proc, Linux)."""
+    with open(f"/proc/{pid}/status") as fh:
+        caught = next(int(line.split()[1], 16) for line in fh if line.startswith("SigCgt:"))
+    return bool(caught >> (signal.SIGTERM - 1) & 1)
+
+
+def test_a_signal_at_the_start_stops_before_the_first_epoch(tmp_path):
+    """SIGTERM as soon as the process catches it (before NumPy, Numba and MPI are imported): exit
+    3 at the set-up's next phase boundary, one line, nothing written."""
+    out = tmp_path / "early.h5"
+    proc = subprocess.Popen([sys.executable, "-m", "ordersim", *ARGS, "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not handlers_installed(proc.pid):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == checkpoint.EXIT_CHECKPOINTED, stderr
+    stopped = [line for line in stderr.splitlines() if "stopped by SIGTERM" in line]
+    assert len(stopped) == 1 and "during the set-up" in stopped[0], stderr
+    assert "--resume starts from the beginning" in stopped[0]
+    assert not out.exists() and not os.path.exists(checkpoint.checkpoint_path(str(out)))
+
+
+SLOW_PROBLEM = textwrap.dedent('''
+    import time
+
+    from problems.logistic import Logistic
+
+    class SlowLogistic(Logistic):
+        """Logistic regression that takes its time to build (a long set-up: data, constants)."""
+        name = "slow-logistic"
+
+        def __init__(self, *args, **options):
+            print("building the problem", flush=True)
+            time.sleep(3)
+            super().__init__(*args, **options)
+''')
+
+
+def test_a_signal_during_a_long_set_up_stops_at_its_next_phase(tmp_path):
+    """SIGUSR1 while the problem is built: exit 3 when that phase ends, not after a first epoch."""
+    module = tmp_path / "slow_problem.py"
+    module.write_text(SLOW_PROBLEM)
+    out = tmp_path / "setup.h5"
+    code, err = stop_after([sys.executable, "-m", "ordersim", *ARGS, "--problem", str(module),
+                            "--out", str(out)], "building the problem", signal.SIGUSR1)
+    assert code == checkpoint.EXIT_CHECKPOINTED, err
+    assert "stopped by SIGUSR1 during the set-up (opening the data and building the problem)" in err
+    assert not out.exists() and not os.path.exists(checkpoint.checkpoint_path(str(out)))

@@ -190,6 +190,7 @@ def test_every_source_gives_the_serial_trace_on_2_and_4_ranks(tmp_path, source):
     (["--out", "/proc/forbidden/x.h5"], "out"),
     (["--momentum", "abc"], "momentum"),
     (["--exchange", "shm"], "exchange"),
+    (["--stall-timeout", "-5"], "stall_timeout"),
 ])
 def test_config_errors_are_one_line_and_exit_2(args, field, tmp_path):
     extra = [] if "--epochs" in args else ["--epochs", "1"]

@@ -1,0 +1,154 @@
+"""--stall-timeout under real MPI and real signals: a rank stopped with SIGSTOP (in the step
+exchange, or before an agreement between epochs) must not hang the others for ever; the job ends
+with exit 4 and one line naming the wait, and the trace keeps the completed epochs. SIGTERM to
+ranks that wait on a stopped peer ends the job within the signal's grace, not the full timeout."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import ROOT, mpiexec_path
+from test_simulator import open_when_released, rank_pid
+
+from ordersim.stall import EXIT_STALLED, SIGNAL_GRACE_SECONDS
+
+# A timeout the ranks' compile skew (the first epoch's kernels, 2 cores shared by 4 ranks) stays
+# well below: a waiting peer that still compiles is a real wait too.
+TIMEOUT = "30"
+TRAINING = ["--data", "synthetic:classification?n=20000&d=31", "--epochs", "100000",
+            "--measure-every", "10", "--orderers", "cd-grab", "--seeds", "0"]
+
+
+def start_job(ranks, args, out):
+    env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
+    return subprocess.Popen([mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "ordersim",
+                             *args, "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_line(proc, marker):
+    for line in proc.stdout:
+        if marker in line:
+            return
+    raise AssertionError(f"the job ended before printing {marker!r}: {proc.stderr.read()}")
+
+
+def end_job(proc, out, ranks):
+    """Wake any rank still stopped, then end what is left of the job."""
+    for rank in range(ranks):
+        try:
+            os.kill(rank_pid(str(out), rank), signal.SIGCONT)
+        except (AssertionError, ProcessLookupError):
+            pass
+    proc.kill()
+    proc.wait()
+
+
+def stall_lines(stderr):
+    return [line for line in stderr.splitlines() if line.startswith("ordersim: stalled:")]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks,exchange", [(2, "auto"), (2, "allgather"), (4, "auto")])
+def test_a_stopped_rank_ends_the_job_at_the_stall_timeout(tmp_path, ranks, exchange):
+    out = tmp_path / "stalled.h5"
+    proc = start_job(ranks, [*TRAINING, "--exchange", exchange, "--stall-timeout", TIMEOUT], out)
+    try:
+        wait_for_line(proc, "epoch  10/100000")
+        time.sleep(0.2)
+        os.kill(rank_pid(str(out), ranks - 1), signal.SIGSTOP)
+        stopped = time.monotonic()
+        _, stderr = proc.communicate(timeout=150)  # not a hang
+        assert time.monotonic() - stopped < 150
+    finally:
+        end_job(proc, out, ranks)
+    assert proc.returncode == EXIT_STALLED, stderr
+    lines = stall_lines(stderr)
+    assert lines, stderr
+    waiting_for = f"for rank {ranks - 1} in the step exchange (shared memory)" if exchange == "auto" \
+        else "for the other ranks in the step exchange (MPI_Allgather)"
+    for line in lines:
+        assert re.match(r"ordersim: stalled: rank \d waited \d+\.\d s ", line), line
+        assert waiting_for in line and "epoch 1" in line and "--stall-timeout 30 s" in line, line
+    assert "Traceback" not in stderr
+    with open_when_released(out) as f:
+        run = f["runs/cd-grab/seed_0"]
+        assert list(run["epoch"][:2]) == [0, 10] and run.attrs["status"] == "interrupted"
+        assert f.attrs["exchange"] == ("shared-memory" if exchange == "auto" else "allgather")
+
+
+STOPPING_PROBLEM = textwrap.dedent('''
+    import os
+    import signal
+
+    from mpi4py import MPI
+    from problems.logistic import Logistic
+
+    class StoppingLogistic(Logistic):
+        """Logistic regression whose last rank stops itself (SIGSTOP) as the second run starts,
+        while the others go on to that run's first measurement (an MPI_Allgather)."""
+        name = "stopping-logistic"
+        calls = 0
+
+        def initial_point(self, rng):
+            comm = MPI.COMM_WORLD
+            if self.__class__.calls == 1 and comm.Get_rank() == comm.Get_size() - 1:
+                os.kill(os.getpid(), signal.SIGSTOP)
+            self.__class__.calls += 1
+            return super().initial_point(rng)
+''')
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2])
+def test_a_rank_stopped_between_epochs_ends_the_job_from_the_agreement(tmp_path, ranks):
+    """The others wait in an mpi4py collective (the GIL released): the watchdog thread ends it."""
+    module = tmp_path / "stopping_problem.py"
+    module.write_text(STOPPING_PROBLEM)
+    out = tmp_path / "t.h5"
+    proc = start_job(ranks, ["--problem", str(module), "--orderers", "rr", "--seeds", "0", "1",
+                             "--epochs", "2", "--quiet", "--stall-timeout", TIMEOUT], out)
+    try:
+        _, stderr = proc.communicate(timeout=240)  # not a hang
+    finally:
+        end_job(proc, out, ranks)
+    assert proc.returncode == EXIT_STALLED, stderr
+    lines = stall_lines(stderr)
+    assert lines and all("for the other ranks in gathering the workers' rows (MPI_Allgather) "
+                         "during the start of rr seed 1" in line for line in lines), stderr
+    with open_when_released(out) as f:
+        assert f["runs/rr/seed_0"].attrs["status"] == "completed"
+        assert len(f["runs/rr/seed_0/train_loss"]) == 3
+        assert f["runs/rr/seed_1"].attrs["status"] == "interrupted"
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("exchange", ["auto", "allgather"])
+def test_sigterm_while_waiting_on_a_stopped_rank_ends_the_job_within_the_grace(tmp_path, exchange):
+    """The default timeout (600 s) would hold the waiting rank far longer: the signal bounds the
+    wait to the grace, and the line says so."""
+    ranks, out = 2, tmp_path / "term.h5"
+    proc = start_job(ranks, [*TRAINING, "--exchange", exchange], out)
+    try:
+        wait_for_line(proc, "epoch  10/100000")
+        time.sleep(0.2)
+        os.kill(rank_pid(str(out), ranks - 1), signal.SIGSTOP)
+        time.sleep(1)
+        signalled = time.monotonic()
+        for rank in range(ranks):  # as Slurm does: every process of the step
+            os.kill(rank_pid(str(out), rank), signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=SIGNAL_GRACE_SECONDS + 60)
+        assert time.monotonic() - signalled < SIGNAL_GRACE_SECONDS + 60
+    finally:
+        end_job(proc, out, ranks)
+    assert proc.returncode == EXIT_STALLED, stderr
+    lines = stall_lines(stderr)
+    assert lines and all("SIGTERM arrived" in line and "rank 0 waited" in line for line in lines), stderr
+    with open_when_released(out) as f:
+        assert list(f["runs/cd-grab/seed_0/epoch"][:2]) == [0, 10]
