@@ -350,6 +350,25 @@ def test_divergent_run_is_marked_and_the_others_go_on(tmp_path):
     assert "diverged" in result.stdout
 
 
+def test_overflowing_loss_with_a_finite_model_is_a_divergence(tmp_path):
+    """lr 2 on this least-squares set: from epoch 10 on the loss overflows to inf while the model
+    is still finite (it stops being finite in epoch 21); a run of 12 epochs is diverged at 10."""
+    out = tmp_path / "overflow.h5"
+    result = run_serial(["--epochs", "12", "--lr", "2", "--problem", "least-squares", "--data",
+                         "synthetic:regression?n=400&d=5&cond=10", "--orderers", "rr", "--seeds", "0",
+                         "1", "--quiet", "--out", str(out)])
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if "diverged in epoch" in line]
+    assert len(lines) == 2 and all("train_loss = inf" in line for line in lines), result.stdout
+    with h5py.File(out, "r") as f:
+        for seed in (0, 1):
+            run = f[f"runs/rr/seed_{seed}"]
+            assert run.attrs["status"] == "diverged"
+            loss = run["train_loss"][()]
+            assert np.isinf(loss[-1]) and np.all(np.isfinite(loss[:-1]))
+            assert run.attrs["epochs_completed"] == run["epoch"][-1] < 12
+
+
 @pytest.mark.mpi
 def test_divergence_under_mpi_matches_serial(tmp_path):
     """The MPI epoch loop stops at the same step as the serial one when x stops being finite."""
