@@ -1,5 +1,6 @@
 """The simulator end to end: traces, rank invariance under real MPI, errors, crashes."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -336,6 +337,61 @@ def test_killed_run_leaves_a_readable_file_with_completed_epochs(tmp_path):
         assert run.attrs["epochs_completed"] == run["epoch"][-1]
         for name in ("train_loss", "herding_inf", "wall_time"):
             assert len(run[name]) == done and np.all(np.isfinite(run[name][()]))
+
+
+@contextlib.contextmanager
+def small_disk(path, size="2m"):
+    """A real file system of `size` at `path` (tmpfs; needs root), unmounted afterwards."""
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs of {size}: {mounted.stderr.strip() or mounted.returncode}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+# orders (8 x 2000 int32, 64 KB an epoch) outgrow 2 MB in about 30 of the 40 epochs
+FULL_DISK = ["--data", "synthetic:classification?n=16000&d=5", "--workers", "8", "--epochs", "40",
+             "--orderers", "rr", "--seeds", "0", "--record-orders", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def full_disk_reference(tmp_path_factory):
+    path = tmp_path_factory.mktemp("reference") / "reference.h5"
+    result = run_serial([*FULL_DISK, "--out", str(path)])
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.mpi)])
+def test_a_full_disk_ends_the_job_with_one_line_and_every_stored_row_right(tmp_path, ranks,
+                                                                           full_disk_reference):
+    from ordersim.trace import EXIT_TRACE_WRITE, run_datasets
+
+    with small_disk(tmp_path / "small") as disk:
+        out = disk / "t.h5"
+        args = ["-m", "ordersim", *FULL_DISK, "--out", str(out)]
+        result = run_mpi(ranks, args, timeout=300) if ranks > 1 else run_serial(args[2:])
+        assert result.returncode == EXIT_TRACE_WRITE, result.stderr
+        errors = [line for line in result.stderr.splitlines() if line.startswith("ordersim: error:")]
+        assert len(errors) == 1 and "No space left on device" in errors[0], result.stderr
+        assert "Traceback" not in result.stderr
+        if ranks == 1:
+            assert result.stderr.strip() == errors[0]
+        with h5py.File(out, "r") as f, h5py.File(full_disk_reference, "r") as ref:
+            assert "end_time" not in f.attrs
+            run, full = f["runs/rr/seed_0"], ref["runs/rr/seed_0"]
+            done = int(run.attrs["epochs_completed"])
+            assert run.attrs["status"] == "interrupted" and 0 < done < 40
+            assert list(run["epoch"]) == list(range(done + 1))
+            assert done + 1 <= len(run["orders"]) <= done + 2
+            for name, data in run_datasets(run).items():
+                assert len(data) <= len(run["orders"]), name
+                if name not in TIMING:
+                    np.testing.assert_array_equal(data[()], full[name][:len(data)], err_msg=name)
 
 
 def test_divergent_run_is_marked_and_the_others_go_on(tmp_path):
