@@ -506,14 +506,14 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
         run = Run(setup, orderer_name, seed)
         if run_states is not None:  # the run the checkpoint stopped inside
             run.restore(run_states)
-            trace = writer.run(orderer_name, seed)
+            trace = writer.run(orderer_name, seed, appends=config.epochs + 1)
             first_epoch, run_states = run.epoch + 1, None
             record = resume["record"]
             visited = gather_order(run) if config.record_orders else None
         else:
             trace = writer.start_run(orderer_name, seed, dict(
                 workers=config.workers, examples_per_worker=setup.n, batch=config.batch, lr=config.lr,
-                **constants, **(run.clock.attrs() if run.clock else {})))
+                **constants, **(run.clock.attrs() if run.clock else {})), appends=config.epochs + 1)
             record = run.measure(0)
             trace.append_epoch(record)
             visited = None  # the orders the next epoch visits (for per-example coverage)

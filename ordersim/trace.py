@@ -31,6 +31,14 @@ EXIT_TRACE_WRITE = 74  # sysexits' EX_IOERR: the trace could not be written
 # Space kept reserved beyond what the next appends' chunks need, for HDF5's metadata.
 MIN_RESERVE = 256 * 1024
 _KEEP_SIZE = 1  # FALLOC_FL_KEEP_SIZE (linux/falloc.h)
+# Chunks of the growable datasets: at most this many rows and elements (8 KiB of a 1-D float64
+# series, 64 Ki elements of the rows of orders), fewer when the run will not fill them. HDF5
+# allocates a whole chunk at its first row.
+MAX_CHUNK_ROWS = 1024
+MAX_CHUNK_ELEMENTS = 1 << 16
+# The HDF5 1.10 file format (readable by HDF5 >= 1.10): its index of a dataset's chunks
+# takes a few hundred bytes where the 1.8 format's B-tree node takes about 2 KiB.
+LIBVER = ("v110", "v110")
 
 
 class TraceWriteError(Exception):
@@ -89,7 +97,7 @@ class TraceWriter:
 
     def _open(self, path: str, mode: str, locking: bool) -> None:
         self.path = path
-        self.file = h5py.File(path, mode, locking=locking)
+        self.file = h5py.File(path, mode, locking=locking, libver=LIBVER)
         self.failed: str | None = None
         self.committed = "nothing"  # what the file holds for sure (for the error message)
         self.growth = 0  # the most the file grew in one flush
@@ -179,7 +187,9 @@ class TraceWriter:
             self.file.create_dataset(name, data=array)
         self.commit(array.nbytes)
 
-    def start_run(self, orderer: str, seed: int, attrs: dict) -> "RunTrace":
+    def start_run(self, orderer: str, seed: int, attrs: dict, appends: int | None = None) -> "RunTrace":
+        """A new run's group; ``appends``: how many times each of its datasets will be appended
+        to (epochs + 1), which sizes their chunks (None: unknown)."""
         with self.writing():
             group = self.file.require_group("runs").require_group(orderer).create_group(f"seed_{seed}")
             group.attrs["orderer"] = orderer
@@ -190,10 +200,10 @@ class TraceWriter:
             group.attrs["epochs_completed"] = 0
         self.chunk_bytes = 0
         self.commit()
-        return RunTrace(self, group)
+        return RunTrace(self, group, appends)
 
-    def run(self, orderer: str, seed: int) -> "RunTrace":
-        trace = RunTrace(self, self.file[f"runs/{orderer}/seed_{seed}"])
+    def run(self, orderer: str, seed: int, appends: int | None = None) -> "RunTrace":
+        trace = RunTrace(self, self.file[f"runs/{orderer}/seed_{seed}"], appends)
         self.chunk_bytes = sum(math.prod(d.chunks) * d.dtype.itemsize for d in trace.datasets.values())
         return trace
 
@@ -218,8 +228,8 @@ def run_datasets(group: h5py.Group) -> dict:
 
 
 class RunTrace:
-    def __init__(self, writer: TraceWriter, group: h5py.Group):
-        self.writer, self.group = writer, group
+    def __init__(self, writer: TraceWriter, group: h5py.Group, appends: int | None = None):
+        self.writer, self.group, self.appends = writer, group, appends
         self.name = group.name.removeprefix("/")
         # open once: a dataset closed after every append would flush its chunks on closing, where
         # h5py drops a write error (ObjectID.__dealloc__)
@@ -234,7 +244,9 @@ class RunTrace:
         data = self.datasets.get(path)
         if data is None:
             shape = values.shape[1:]
-            rows = max(1, min(1024, 2**16 // max(1, math.prod(shape))))
+            rows = max(1, min(MAX_CHUNK_ROWS, MAX_CHUNK_ELEMENTS // max(1, math.prod(shape))))
+            if self.appends:  # no bigger than the whole run's rows: a short run's file stays small
+                rows = max(1, min(rows, len(values) * self.appends))
             data = group.create_dataset(name, shape=(0, *shape), maxshape=(None, *shape), dtype=dtype,
                                         chunks=(rows, *shape))
             self.datasets[path] = data

@@ -102,6 +102,21 @@ def test_serial_trace_has_documented_layout(serial_trace):
     assert "final loss" in result.stdout and str(path) in result.stdout
 
 
+def test_a_short_runs_chunks_hold_no_more_than_its_rows(serial_trace):
+    """3 epochs: a growable dataset's chunk holds about the run's rows (4 appends), not up to 1024:
+    a short run's file stays small."""
+    from ordersim.trace import run_datasets
+
+    path, _ = serial_trace
+    with h5py.File(path, "r") as f:
+        run = f["runs/cd-grab/seed_0"]
+        for name, data in run_datasets(run).items():
+            assert data.maxshape[0] is None and data.chunks[1:] == data.shape[1:], name
+            assert data.chunks[0] <= 2 * len(data), (name, data.chunks, len(data))
+        assert run["train_loss"].chunks == (4,) and run["train_loss"].dtype == np.float64
+        assert run["orders"].chunks[0] == 4 and run["orders"].dtype == np.int32
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [1, 2, 4])
 def test_mpi_traces_are_bitwise_identical_to_serial(serial_trace, tmp_path, ranks):
