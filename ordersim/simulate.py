@@ -522,7 +522,8 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
                 trace.append_orders(visited)
             first_epoch = 1
             if non_finite(record):  # nothing to train from a start whose loss is not finite
-                report_divergence(run, backend, orderer_name, seed, 0, config.lr, non_finite(record))
+                report_divergence(run, backend, orderer_name, seed, 0, learning_rate(config, 0, setup),
+                                  non_finite(record))
                 first_epoch = config.epochs + 1
         for epoch in range(first_epoch, config.epochs + 1):
             lr = learning_rate(config, epoch - 1, setup)
