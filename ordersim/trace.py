@@ -36,9 +36,6 @@ _KEEP_SIZE = 1  # FALLOC_FL_KEEP_SIZE (linux/falloc.h)
 # allocates a whole chunk at its first row.
 MAX_CHUNK_ROWS = 1024
 MAX_CHUNK_ELEMENTS = 1 << 16
-# The HDF5 1.10 file format (readable by HDF5 >= 1.10): its index of a dataset's chunks
-# takes a few hundred bytes where the 1.8 format's B-tree node takes about 2 KiB.
-LIBVER = ("v110", "v110")
 
 
 class TraceWriteError(Exception):
@@ -97,7 +94,7 @@ class TraceWriter:
 
     def _open(self, path: str, mode: str, locking: bool) -> None:
         self.path = path
-        self.file = h5py.File(path, mode, locking=locking, libver=LIBVER)
+        self.file = h5py.File(path, mode, locking=locking)
         self.failed: str | None = None
         self.committed = "nothing"  # what the file holds for sure (for the error message)
         self.growth = 0  # the most the file grew in one flush
