@@ -22,18 +22,21 @@ on any number of ranks and with ``problem_constants`` on a whole data set in one
   the mean of f_i over worker w's shard (NaN without x*).
 
 Cache: one .npz per key in ``cache_dir`` (argument; else $ORDERSIM_CACHE; else ~/.cache/ordersim;
-``cache_dir=False`` disables it). The key hashes each worker's rows and labels, the shards and the
-problem's name, options and kernel parameters. Rank 0 reads and writes it. Reading or writing the
+``cache_dir=False`` disables it). The key hashes each worker's rows and labels, the shards, the
+problem's name, options and kernel parameters, and the source of the problem's code (``source_files``:
+editing a loss is a new key, for bundled problems and problems loaded by path alike). Rank 0 reads and writes it. Reading or writing the
 cache never fails a run: it warns and recomputes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import os
 import re
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -44,7 +47,7 @@ from ordersim.backend import SerialBackend
 from ordersim.engine import sum_in_worker_order
 from problems.base import RowStatistics
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 KEYS = ("x_star", "f_star", "L", "L_max", "mu", "sigma2_star", "zeta2_star")
 TARGET_REL_GRAD = 1e-10
 # Largest Gram matrix (p x p) formed for the spectrum; beyond it Lanczos on A^T A v products.
@@ -86,6 +89,40 @@ class WorkerRows:
         return sum_in_worker_order(self.gather(value_of, k)) / self.m
 
 
+def source_files(problem) -> list[str]:
+    """The files whose code defines ``problem``'s values, sorted: the module of its class and of
+    every base class up to Problem, and the modules of the functions and Numba kernels those
+    modules import from their own package or directory (e.g. problems/_kernels.py; not NumPy's or
+    Numba's). The same with and without NUMBA_DISABLE_JIT."""
+    def file_of(module):
+        path = getattr(module, "__file__", None)
+        return os.path.realpath(path) if path else None
+
+    classes = [sys.modules[cls.__module__] for cls in type(problem).__mro__
+               if cls is not object and cls.__module__ in sys.modules]
+    packages = {module.__name__.partition(".")[0] for module in classes}
+    directories = {os.path.dirname(file_of(module)) for module in classes if file_of(module)}
+    modules = list(classes)
+    for module in classes:
+        for value in vars(module).values():
+            function = getattr(value, "py_func", value)  # a Numba dispatcher's Python function
+            source = sys.modules.get(getattr(function, "__module__", None) or "")
+            if inspect.isfunction(function) and source is not None and file_of(source) and (
+                    source.__name__.partition(".")[0] in packages
+                    or os.path.dirname(file_of(source)) in directories):
+                modules.append(source)
+    return sorted({file_of(module) for module in modules if file_of(module)})
+
+
+def source_digest(problem) -> str:
+    """sha256 of the bytes of ``source_files(problem)``: an edit of a problem's code is a new key."""
+    h = hashlib.sha256()
+    for path in source_files(problem):
+        h.update(Path(path).read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
 def cache_key(problem, rows: WorkerRows, shards: np.ndarray) -> str:
     """The same on every rank and for every rank count: per-worker digests, in worker order."""
     def digest(w):
@@ -99,7 +136,8 @@ def cache_key(problem, rows: WorkerRows, shards: np.ndarray) -> str:
     digests = rows.gather(digest, 32, dtype=np.uint8)
     h = hashlib.sha256()
     meta = {"version": CACHE_VERSION, "problem": problem.name, "options": problem.options, "dim": problem.dim,
-            "features": problem.features, "classes": problem.classes, "module": type(problem).__module__}
+            "features": problem.features, "classes": problem.classes, "module": type(problem).__module__,
+            "source": source_digest(problem)}
     h.update(json.dumps(meta, sort_keys=True, default=str).encode())
     for arr in (problem.params, np.ascontiguousarray(shards, dtype=np.int64), digests):
         h.update(f"{arr.dtype.str}{arr.shape}".encode())

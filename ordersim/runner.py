@@ -16,6 +16,7 @@ from ordersim.config import ConfigError, add_arguments, build_config, overrides_
 from ordersim.output import OutputLock, input_files, same_file
 from ordersim.stall import EXIT_STALLED, SIGNAL_GRACE_SECONDS
 from ordersim.sweep import Cell, config_cells, select_cell
+from ordersim.trace import EXIT_TRACE_WRITE, TraceWriteError
 
 DESCRIPTION = f"""\
 Synchronous data-parallel SGD over m workers with each orderer and seed; traces go to one HDF5 file
@@ -181,6 +182,14 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
             print(f"ordersim: stopped by a signal; checkpoint {stopped}; trace {out}; continue with "
                   f"--resume (exit {EXIT_CHECKPOINTED})", file=sys.stderr, flush=True)
         return EXIT_CHECKPOINTED
+    except TraceWriteError as err:  # raised on rank 0, the writer, while the others compute
+        print(f"ordersim: error: {err} (exit {EXIT_TRACE_WRITE})", file=sys.stderr, flush=True)
+        if backend.size > 1:
+            backend.abort(EXIT_TRACE_WRITE)  # the other ranks wait in a collective: end them
+        if not err.intact:  # HDF5 failed mid-write: tearing down its objects could crash
+            sys.stdout.flush()
+            os._exit(EXIT_TRACE_WRITE)
+        return EXIT_TRACE_WRITE
     backend.close()
     if rank == 0:
         print()

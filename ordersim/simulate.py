@@ -539,7 +539,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
         backend.phase = f"the start of {orderer_name} seed {seed}"
         if resumed is not None:  # the run the checkpoint stopped inside
             run, resumed = resumed, None
-            trace = writer.run(orderer_name, seed)
+            trace = writer.run(orderer_name, seed, appends=config.epochs + 1)
             first_epoch = run.epoch + 1
             record = resume["record"]
             visited = gather_order(run) if config.record_orders else None
@@ -547,7 +547,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
             run = Run(setup, orderer_name, seed)
             trace = writer.start_run(orderer_name, seed, dict(
                 workers=config.workers, examples_per_worker=setup.n, batch=config.batch, lr=config.lr,
-                **constants, **(run.clock.attrs() if run.clock else {})))
+                **constants, **(run.clock.attrs() if run.clock else {})), appends=config.epochs + 1)
             record = run.measure(0)
             trace.append_epoch(record)
             visited = None  # the orders the next epoch visits (for per-example coverage)
@@ -555,19 +555,23 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
                 visited = gather_order(run)
                 trace.append_orders(visited)
             first_epoch = 1
+            if non_finite(record):  # nothing to train from a start whose loss is not finite
+                report_divergence(run, backend, orderer_name, seed, 0, learning_rate(config, 0, setup),
+                                  non_finite(record))
+                first_epoch = config.epochs + 1
         for epoch in range(first_epoch, config.epochs + 1):
             backend.phase = f"epoch {epoch} of {orderer_name} seed {seed}"
             lr = learning_rate(config, epoch - 1, setup)
             if not run.train_epoch(epoch, lr):
-                run.status = "diverged"
-                if backend.rank == 0:
-                    print(f"[{orderer_name} seed {seed}] diverged in epoch {epoch} (lr {lr:g})", flush=True)
+                report_divergence(run, backend, orderer_name, seed, epoch, lr, "the model is not finite")
                 break
             run.epoch = epoch
+            overflow = None
             if epoch % config.measure_every == 0 or epoch == config.epochs:
                 record = run.measure(epoch)
                 trace.append_epoch(record)
                 progress(config, backend, orderer_name, seed, record)
+                overflow = non_finite(record)
             coverage = None
             if config.record_orders:
                 if run.clock:  # (1, m, n) by example index, from the orders this epoch visited
@@ -579,6 +583,9 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
                 run.trace_steps.clear()
             if run.clock:
                 trace.append_group("stragglers", dict(run.clock.take(), coverage=coverage))
+            if overflow:  # the epoch is traced whole; the run stops here
+                report_divergence(run, backend, orderer_name, seed, epoch, lr, overflow)
+                break
             if epoch < config.epochs:
                 checkpoint_if_due(config, backend, stop, ckpt, epoch, dict(
                     position=index, results=results, record=record, lengths=trace.lengths(),
@@ -610,6 +617,20 @@ def resume_run(setup: Setup, plan, resume: dict, ckpt: str) -> "Run | None":
     if error:
         raise ConfigError(error)
     return run
+
+
+def non_finite(record: dict) -> str | None:
+    """'train_loss = inf' (or grad_norm, NaN) when a measured value that must be finite is not."""
+    return next((f"{key} = {record[key]}" for key in ("train_loss", "grad_norm")
+                 if not math.isfinite(record[key])), None)
+
+
+def report_divergence(run: Run, backend, orderer_name: str, seed: int, epoch: int, lr: float,
+                      why: str) -> None:
+    """Mark the run diverged and say so in one line (rank 0)."""
+    run.status = "diverged"
+    if backend.rank == 0:
+        print(f"[{orderer_name} seed {seed}] diverged in epoch {epoch} (lr {lr:g}): {why}", flush=True)
 
 
 def open_trace(config, backend, setup, out, plan, resume, cell):

@@ -8,11 +8,13 @@ problem is one file here, or a file anywhere passed by path (see docs/problems.m
     p = make_problem("path/to/my_problem.py", features=31, classes=2)
 """
 
+import hashlib
 import importlib
 import importlib.util
 import inspect
 import os
 import pkgutil
+import re
 import sys
 from pathlib import Path
 
@@ -53,7 +55,10 @@ def _load_file(path: str) -> type[Problem]:
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"problem file {path!r} does not exist (a problem is a registered name or a path to a .py file)")
-    module_name = f"ordersim_user_problem_{file.stem}_{abs(hash(str(file.resolve()))):x}"
+    # The same name in every process (Numba's cache refers to the module by it): a digest of the
+    # absolute path, not hash(), which Python salts per process.
+    digest = hashlib.sha256(str(file.resolve()).encode()).hexdigest()[:16]
+    module_name = f"ordersim_user_problem_{re.sub(r'[^0-9A-Za-z_]', '_', file.stem)}_{digest}"
     if module_name not in sys.modules:
         spec = importlib.util.spec_from_file_location(module_name, file)
         module = importlib.util.module_from_spec(spec)

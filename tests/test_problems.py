@@ -303,3 +303,43 @@ def test_kernels_run_without_jit():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "OK"
+
+
+def test_problem_file_runs_in_fresh_processes_and_an_edit_is_seen(tmp_path):
+    """A problem loaded by path, run three times in fresh processes (Numba's cache and the
+    constants cache warm from the second on), the third after an edit that doubles the loss (same
+    file size): every run works, the second reuses the first's constants, the third has new
+    constants and new machine code."""
+    text = (ROOT / "docs" / "problems.md").read_text()
+    source = re.findall(r"```python\n(# my_problem.py\n.*?)```", text, flags=re.S)[0]
+    scaled = ("total += delta * delta * (root - 1.0) + reg", "out[r, j] = e / root * A[i, j] + lam * x[j]")
+    for line in scaled:
+        assert line in source
+        source = source.replace(line, line.replace("= ", "= 1.0 * ", 1).replace("+= ", "+= 1.0 * ", 1))
+    path = tmp_path / "my_problem.py"
+    path.write_text(source)
+    env = dict(os.environ, ORDERSIM_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+
+    def run(name):
+        out = tmp_path / f"{name}.h5"
+        result = subprocess.run([sys.executable, "-m", "ordersim", "--problem", str(path), "--data",
+                                 "synthetic:regression?n=80&d=3", "--epochs", "1", "--orderers", "rr",
+                                 "--seeds", "0", "--quiet", "--out", str(out)],
+                                capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+        assert result.returncode == 0, result.stderr
+        import h5py
+
+        with h5py.File(out, "r") as f:
+            run = f["runs/rr/seed_0"]
+            return float(run.attrs["f_star"]), float(run["train_loss"][0])
+
+    first = run("first")
+    assert run("second") == first
+    assert len(list((tmp_path / "cache").glob("constants-*.npz"))) == 1
+    edited = path.read_text().replace("1.0 * e", "2.0 * e").replace("1.0 * delta", "2.0 * delta")
+    assert len(edited) == len(source) and edited != source
+    path.write_text(edited)
+    f_star, loss0 = run("edited")
+    assert loss0 == pytest.approx(2 * first[1], rel=1e-12)  # x0 = 0: no regularizer, loss doubled
+    assert f_star != pytest.approx(first[0], rel=1e-6)
+    assert len(list((tmp_path / "cache").glob("constants-*.npz"))) == 2

@@ -1,5 +1,6 @@
 """The simulator end to end: traces, rank invariance under real MPI, errors, crashes."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -99,6 +100,21 @@ def test_serial_trace_has_documented_layout(serial_trace):
                 assert np.all(np.diff(run[name][()]) > 0), (orderer, name, run[name][()])
             assert run["compute_time"][-1] < run["wall_time"][-1]
     assert "final loss" in result.stdout and str(path) in result.stdout
+
+
+def test_a_short_runs_chunks_hold_no_more_than_its_rows(serial_trace):
+    """3 epochs: a growable dataset's chunk holds about the run's rows (4 appends), not up to 1024:
+    a short run's file stays small."""
+    from ordersim.trace import run_datasets
+
+    path, _ = serial_trace
+    with h5py.File(path, "r") as f:
+        run = f["runs/cd-grab/seed_0"]
+        for name, data in run_datasets(run).items():
+            assert data.maxshape[0] is None and data.chunks[1:] == data.shape[1:], name
+            assert data.chunks[0] <= 2 * len(data), (name, data.chunks, len(data))
+        assert run["train_loss"].chunks == (4,) and run["train_loss"].dtype == np.float64
+        assert run["orders"].chunks[0] == 4 and run["orders"].dtype == np.int32
 
 
 @pytest.mark.mpi
@@ -339,6 +355,61 @@ def test_killed_run_leaves_a_readable_file_with_completed_epochs(tmp_path):
             assert len(run[name]) == done and np.all(np.isfinite(run[name][()]))
 
 
+@contextlib.contextmanager
+def small_disk(path, size="2m"):
+    """A real file system of `size` at `path` (tmpfs; needs root), unmounted afterwards."""
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs of {size}: {mounted.stderr.strip() or mounted.returncode}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+# orders (8 x 2000 int32, 64 KB an epoch) outgrow 2 MB in about 30 of the 40 epochs
+FULL_DISK = ["--data", "synthetic:classification?n=16000&d=5", "--workers", "8", "--epochs", "40",
+             "--orderers", "rr", "--seeds", "0", "--record-orders", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def full_disk_reference(tmp_path_factory):
+    path = tmp_path_factory.mktemp("reference") / "reference.h5"
+    result = run_serial([*FULL_DISK, "--out", str(path)])
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.mpi)])
+def test_a_full_disk_ends_the_job_with_one_line_and_every_stored_row_right(tmp_path, ranks,
+                                                                           full_disk_reference):
+    from ordersim.trace import EXIT_TRACE_WRITE, run_datasets
+
+    with small_disk(tmp_path / "small") as disk:
+        out = disk / "t.h5"
+        args = ["-m", "ordersim", *FULL_DISK, "--out", str(out)]
+        result = run_mpi(ranks, args, timeout=300) if ranks > 1 else run_serial(args[2:])
+        assert result.returncode == EXIT_TRACE_WRITE, result.stderr
+        errors = [line for line in result.stderr.splitlines() if line.startswith("ordersim: error:")]
+        assert len(errors) == 1 and "No space left on device" in errors[0], result.stderr
+        assert "Traceback" not in result.stderr
+        if ranks == 1:
+            assert result.stderr.strip() == errors[0]
+        with h5py.File(out, "r") as f, h5py.File(full_disk_reference, "r") as ref:
+            assert "end_time" not in f.attrs
+            run, full = f["runs/rr/seed_0"], ref["runs/rr/seed_0"]
+            done = int(run.attrs["epochs_completed"])
+            assert run.attrs["status"] == "interrupted" and 0 < done < 40
+            assert list(run["epoch"]) == list(range(done + 1))
+            assert done + 1 <= len(run["orders"]) <= done + 2
+            for name, data in run_datasets(run).items():
+                assert len(data) <= len(run["orders"]), name
+                if name not in TIMING:
+                    np.testing.assert_array_equal(data[()], full[name][:len(data)], err_msg=name)
+
+
 def test_divergent_run_is_marked_and_the_others_go_on(tmp_path):
     out = tmp_path / "div.h5"
     result = run_serial(["--epochs", "3", "--lr", "1e6", "--problem", "least-squares", "--data",
@@ -349,6 +420,25 @@ def test_divergent_run_is_marked_and_the_others_go_on(tmp_path):
         assert f["runs/rr/seed_0"].attrs["status"] == "diverged"
         assert f["runs/cd-grab/seed_0"].attrs["status"] == "diverged"
     assert "diverged" in result.stdout
+
+
+def test_overflowing_loss_with_a_finite_model_is_a_divergence(tmp_path):
+    """lr 2 on this least-squares set: from epoch 10 on the loss overflows to inf while the model
+    is still finite (it stops being finite in epoch 21); a run of 12 epochs is diverged at 10."""
+    out = tmp_path / "overflow.h5"
+    result = run_serial(["--epochs", "12", "--lr", "2", "--problem", "least-squares", "--data",
+                         "synthetic:regression?n=400&d=5&cond=10", "--orderers", "rr", "--seeds", "0",
+                         "1", "--quiet", "--out", str(out)])
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if "diverged in epoch" in line]
+    assert len(lines) == 2 and all("train_loss = inf" in line for line in lines), result.stdout
+    with h5py.File(out, "r") as f:
+        for seed in (0, 1):
+            run = f[f"runs/rr/seed_{seed}"]
+            assert run.attrs["status"] == "diverged"
+            loss = run["train_loss"][()]
+            assert np.isinf(loss[-1]) and np.all(np.isfinite(loss[:-1]))
+            assert run.attrs["epochs_completed"] == run["epoch"][-1] < 12
 
 
 @pytest.mark.mpi
