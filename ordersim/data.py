@@ -162,6 +162,8 @@ class SyntheticRows:
         self.kind, self.options, self.seed = kind, o, seed
         self.rows, self.features = o["n"], o["d"]
         d = self.features
+        check_fits_in_memory(f"synthetic data {spec!r}", f"d = {d}: its d x d feature rotation",
+                             2 * d * d * 8, "use a smaller d")  # the normal draw and its QR factor
         # features with covariance Q diag(s^2) Q^T, s^2 geometric from 1 down to 1/cond
         self.scales = np.sqrt(np.geomspace(1.0, 1.0 / o["cond"], d)) if d > 1 else np.ones(1)
         rng = stream(seed, "data", 0, _GENERATE)  # what all blocks share
@@ -506,6 +508,24 @@ def streamed_source(spec: str) -> bool:
     return isinstance(spec, str) and spec.split(":", 1)[0] in STREAMED_SOURCES
 
 
+def physical_memory() -> int:
+    """Bytes of memory of this machine (0 where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 0
+
+
+def check_fits_in_memory(where: str, what: str, need: int, advice: str) -> None:
+    """Refuse, before it is allocated, an array (`what`, `need` bytes) larger than the whole
+    machine's memory: an impossible size ends in one line, not in a MemoryError half way through
+    the set-up (or in a pass over the rows that never ends)."""
+    have = physical_memory()
+    if have and need > have:
+        raise ValueError(f"{where}: {what} needs {need / 2**30:.3g} GiB, more than this machine's "
+                         f"{have / 2**30:.3g} GiB of memory; {advice}")
+
+
 def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True, test_fraction: float = 0.0,
                  seed: int = 0, label_kind: str | None = None, share=None,
                  hdf5_locking: bool = True) -> DataPlan:
@@ -529,6 +549,10 @@ def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
     try:
         source, where, task, extra, lines = _open_rows(source_name, spec, name, options, seed, hdf5_locking)
         N, raw_features = source.rows, source.features
+        per_rank = -(-N // share.size)
+        check_fits_in_memory(where, f"{per_rank} rows x {raw_features + bool(intercept)} features "
+                             f"per rank (of {N}, on {share.size} rank(s)) as float64",
+                             per_rank * (raw_features + 1) * 8, "use fewer rows or features, or more ranks")
         n_test = int(round(test_fraction * N))
         if test_fraction > 0 and not 1 <= n_test <= N - 2:
             raise ValueError(f"test_fraction={test_fraction} leaves {N - n_test} training and {n_test} test "

@@ -207,6 +207,9 @@ def test_every_source_gives_the_serial_trace_on_2_and_4_ranks(tmp_path, source):
     (["--momentum", "abc"], "momentum"),
     (["--exchange", "shm"], "exchange"),
     (["--stall-timeout", "-5"], "stall_timeout"),
+    # sizes no machine holds: refused from an estimate, before anything is allocated
+    (["--problem", "least-squares", "--data", "synthetic:regression?n=100000000000&d=20"], "data"),
+    (["--problem", "least-squares", "--data", "synthetic:regression?n=100&d=100000000"], "data"),
 ])
 def test_config_errors_are_one_line_and_exit_2(args, field, tmp_path):
     extra = [] if "--epochs" in args else ["--epochs", "1"]
@@ -243,6 +246,19 @@ def test_bad_row_found_by_one_rank_is_a_config_error_on_every_rank(tmp_path, ran
     assert result.stderr.count("config field 'data'") == 1  # printed once, by rank 0
     assert "feature column 2 has a NaN/inf value at row 5000" in result.stderr
     assert not (tmp_path / "x.h5").exists()  # nothing left behind
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_a_data_set_too_large_for_memory_is_refused_on_every_rank(tmp_path, ranks):
+    """The per-rank estimate divides by the ranks: 10^11 rows stay impossible on any of them."""
+    result = run_mpi(ranks, ["-m", "ordersim", "--problem", "least-squares", "--data",
+                             "synthetic:regression?n=100000000000&d=20", "--out", str(tmp_path / "x.h5")],
+                     timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("config field 'data'") == 1 and "Traceback" not in result.stderr
+    assert f"per rank (of 100000000000, on {ranks} rank(s))" in result.stderr
+    assert not (tmp_path / "x.h5").exists()
 
 
 FAILING_PROBLEM = textwrap.dedent('''
