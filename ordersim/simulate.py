@@ -9,13 +9,14 @@ The serial backend runs whole chunks of steps inside one jitted call (ordersim.e
 
 import math
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ordersim import aligned, engine
+from ordersim import aligned, engine, provenance, regime
 from ordersim.constants import WorkerRows, worker_constants
 from ordersim.data import open_dataset, partition, streamed_source
 from ordersim.backend import SerialBackend
@@ -226,8 +227,8 @@ def prepare(config: Config, backend: SerialBackend) -> Setup:
                  test_y, test_bounds, info)
 
 
-def learning_rate(config: Config, epoch: int, setup: Setup) -> float:
-    """Step size of epoch `epoch` (0-based); formulas in docs/simulator.md."""
+def learning_rate(config: Config, epoch: int, setup: Setup, orderer: str = "rr") -> float:
+    """Step size of epoch `epoch` (0-based) for `orderer`; formulas in docs/simulator.md."""
     t = epoch
     if config.schedule == "constant":
         return config.lr
@@ -237,9 +238,27 @@ def learning_rate(config: Config, epoch: int, setup: Setup) -> float:
         return config.lr / (1.0 + config.lr_decay * t)
     if config.schedule == "inv-sqrt-epoch":
         return config.lr / math.sqrt(1.0 + config.lr_decay * t)
-    # theory: the PL step size of the GraB / CD-GraB analyses, 2 log(T) / (mu n T), capped by lr
-    T = max(config.epochs, 2)
-    return min(config.lr, 2.0 * math.log(T) / (setup.constants["mu"] * setup.n * T))
+    # theory: the orderer's PL step size (ordersim.regime), capped by lr
+    return min(config.lr, regime.theory_step(orderer, config.workers, setup.n, config.epochs,
+                                             setup.constants["mu"]))
+
+
+def theory_regime(config: Config, setup: Setup, orderer: str) -> dict:
+    """Run attributes: the step size and the quantities the PL analyses' assumptions are stated in
+    (ordersim.regime), for a constant step (the theory and constant schedules); {} otherwise."""
+    mu = setup.constants.get("mu")
+    if config.schedule not in ("theory", "constant") or not (mu or 0) > 0:
+        return {}
+    alpha = learning_rate(config, 0, setup, orderer)
+    return dict(step_size=alpha, **regime.regime(alpha, setup.constants, config.workers, setup.n,
+                                                 config.epochs))
+
+
+def warn_regime(backend, regimes: dict) -> None:
+    """One line on stderr (rank 0) naming the orderers whose runs leave the analyses' regime."""
+    line = regime.regime_warning(regimes)
+    if backend.rank == 0 and line:
+        print(line, file=sys.stderr, flush=True)
 
 
 class Run:
@@ -479,6 +498,21 @@ class Run:
         return float(peaks[0]), float(peaks[1])
 
 
+def warm_up(setup: Setup, orderer_name: str, seed: int) -> float:
+    """Compile what a run of this orderer calls before its clock starts; the seconds it took.
+
+    A throwaway Run trains one epoch (step size 0) and measures once, so that Numba compiles the
+    step loops, the orderer's kernels and the measurement for these argument types here and not in
+    the first timed epoch. Collective under MPI (every rank warms up alike); it touches no state of
+    the real run (its own model, orderer and clock).
+    """
+    start = time.perf_counter()
+    scratch = Run(setup, orderer_name, seed)
+    scratch.train_epoch(1, 0.0)
+    scratch.measure(1)
+    return time.perf_counter() - start
+
+
 class Checkpointed(Exception):
     """The job stopped at an epoch boundary after writing a checkpoint (exit EXIT_CHECKPOINTED)."""
 
@@ -501,9 +535,14 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
     writer = open_trace(config, backend, setup, out, plan, resume, cell)
     constants = {k: v for k, v in setup.constants.items() if k != "x_star"}
     ckpt = checkpoint_path(out)
+    regimes = {name: theory_regime(config, setup, name) for name in config.orderers}
+    warn_regime(backend, regimes)
+    warmed: set[str] = set()  # orderers whose kernels were compiled for this setup
     for index in range(position, len(plan)):
         orderer_name, seed = plan[index]
-        run = Run(setup, orderer_name, seed)
+        compile_time = 0.0 if orderer_name in warmed else warm_up(setup, orderer_name, seed)
+        warmed.add(orderer_name)
+        run = Run(setup, orderer_name, seed)  # its clock starts here, after the warm-up
         if run_states is not None:  # the run the checkpoint stopped inside
             run.restore(run_states)
             trace = writer.run(orderer_name, seed)
@@ -513,7 +552,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
         else:
             trace = writer.start_run(orderer_name, seed, dict(
                 workers=config.workers, examples_per_worker=setup.n, batch=config.batch, lr=config.lr,
-                **constants, **(run.clock.attrs() if run.clock else {})))
+                compile_time=compile_time, **constants, **regimes[orderer_name], **(run.clock.attrs() if run.clock else {})))
             record = run.measure(0)
             trace.append_epoch(record)
             visited = None  # the orders the next epoch visits (for per-example coverage)
@@ -522,7 +561,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
                 trace.append_orders(visited)
             first_epoch = 1
         for epoch in range(first_epoch, config.epochs + 1):
-            lr = learning_rate(config, epoch - 1, setup)
+            lr = learning_rate(config, epoch - 1, setup, orderer_name)
             if not run.train_epoch(epoch, lr):
                 run.status = "diverged"
                 if backend.rank == 0:
@@ -572,7 +611,7 @@ def open_trace(config, backend, setup, out, plan, resume, cell):
         config=config.to_json(), ranks=backend.size, backend=config.backend,
         exchange=backend.exchange, hosts=hosts,
         problem=config.problem, data=config.data, dropped_examples=setup.dropped,
-        data_info=setup.data_info, **({"sweep_cell": cell} if cell else {})),
+        data_info=setup.data_info, **provenance.code_state(), **({"sweep_cell": cell} if cell else {})),
         locking=config.hdf5_locking)
     writer.add_array("shards", setup.shards)
     if setup.constants.get("x_star") is not None:
