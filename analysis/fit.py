@@ -13,9 +13,9 @@ draws, each draw's the mean over its seeds; the exponent is the least-squares sl
 values on log m (or log n), and its interval the t interval (cells - 2 degrees of freedom) of that
 slope. The seeds of one draw share its data, so they are not independent points; the cells are:
 each has its own draws, and the scatter of the cell values about the line holds the data-draw
-variation. A cell is at a floor when the error stops falling: the cells from the first one after
-which every step in the variable lowers the error by less than a quarter of rr's theory slope
-(FLOOR_FRACTION) are flagged and left out of the fit.
+variation. A cell is at a floor when the error stopped falling: after a step that lowered it, every
+later step lowers it by less than a quarter of rr's theory slope (FLOOR_FRACTION); those cells are
+flagged and left out of the fit.
 
 The error of a run is its metric at epoch T (default: the last epoch every completed run reached;
 interrupted and diverged runs are left out with a note). For a variable (m or n), the points are the
@@ -76,15 +76,15 @@ def cell_values(points, column: str):
 
 
 def floor_cells(x, log_error, flat_slope: float) -> np.ndarray:
-    """Boolean mask of the cells at a floor: from the first cell after which every step to the next
-    value of x has a slope above ``flat_slope`` (< 0) to the end."""
+    """Boolean mask of the cells at a floor: the error fell into a cell (a step to it steeper than
+    ``flat_slope`` < 0) and every later step is flatter; those later cells are at the floor. An
+    error that never falls (or rises) has no floor: it is fitted, and its slope says so."""
     at_floor = np.zeros(len(x), dtype=bool)
     if len(x) < 3:
         return at_floor
-    steps = np.diff(log_error) / np.diff(np.log(x))
-    flat = steps > flat_slope
-    for start in range(1, len(x)):
-        if flat[start - 1:].all():
+    flat = np.diff(log_error) / np.diff(np.log(x)) > flat_slope  # flat[i]: the step from cell i to i+1
+    for start in range(2, len(x)):
+        if not flat[start - 2] and flat[start - 1:].all():
             at_floor[start:] = True
             break
     return at_floor

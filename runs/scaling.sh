@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 N=${N_PER_WORKER:-128}
 D=${DIM:-10}
-EPOCHS=${EPOCHS:-20}
+EPOCHS=${EPOCHS:-60}
 OUT=${OUT:-results/scaling}
 mkdir -p "$OUT"
 run() {  # m n: one process, one trace per data draw in $OUT/m<m>_n<n>/cell_<draw>.h5

@@ -88,3 +88,48 @@ def test_clock_starts_after_compilation(tmp_path):
         epochs = np.diff(first["wall_time"][()])  # seconds of epochs 1..6 (measurement included)
     # Loose on purpose (a shared machine): compiling takes seconds, an epoch here milliseconds.
     assert epochs[0] < 20 * np.median(epochs[1:]) + 0.25, epochs
+
+
+def test_small_scaling_sweep_bears_out_the_claim(tmp_path):
+    """The README's claim, at a small size: with the theory step the final error falls with m,
+    cd-grab's slope is steeper than rr's (the intervals apart), rr's interval (cell means over data
+    draws) holds its theory value -1, and cd-grab falls at least as fast as its bound's m^-2 (-2 not
+    below its interval: the measured slope is -2 or steeper). A change that breaks this makes the
+    README's table stale: regenerate it with `bash runs/scaling.sh` (README, "Theory versus
+    practice")."""
+    pytest.importorskip("pandas")
+    import contextlib
+    import io
+    import warnings
+
+    from analysis import fit
+    from analysis.load import load_runs
+    from ordersim.backend import SerialBackend
+    from ordersim.config import build_config
+    from ordersim.simulate import check_fields, prepare, run_experiment
+
+    files = []
+    for m in SMALL_SWEEP["workers"]:
+        for draw in range(SMALL_SWEEP["draws"]):
+            out = str(tmp_path / f"m{m}_d{draw}.h5")
+            config = check_fields(build_config(dict(
+                SMALL_SWEEP["config"], workers=m, data_seed=draw, out=out,
+                data=f"synthetic:regression?n={m * SMALL_SWEEP['n']}&d=5&cond=10&noise=0.5")), 1)
+            backend = SerialBackend(m)
+            with contextlib.redirect_stderr(io.StringIO()):  # the regime warning
+                run_experiment(config, backend, prepare(config, backend), out)
+            files.append(out)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result, *_ = fit.table(load_runs(files))
+    by = result.set_index(["variable", "orderer"])
+    rr, cd = by.loc[("m", "rr")], by.loc[("m", "cd-grab")]
+    assert cd.ci_high < rr.ci_low and rr.ci_high < 0, result
+    assert rr.ci_low <= -1 <= rr.ci_high and cd.ci_low <= -2, result
+    assert rr.floor == "-" and cd.floor == "-"
+
+
+# runs/scaling.toml's problem and schedule, smaller: n = 32 per worker, d = 5, m = 1..16
+SMALL_SWEEP = dict(workers=(1, 2, 4, 8, 16), draws=3, n=32, config=dict(
+    problem="least-squares", problem_options={"lam": 10.0}, test_fraction=0.0, orderers=["rr", "cd-grab"],
+    epochs=60, lr=1.0, schedule="theory", seeds=[0, 1], measure_every=60, herding=False, quiet=True))
