@@ -5,7 +5,7 @@
 # draws as its sweep cells), so n per worker stays fixed as m grows and the fits see how much the
 # error moves from one data draw to the next.
 #
-#   bash runs/scaling.sh                  # laptop size: a few minutes on 2 cores
+#   bash runs/scaling.sh                  # laptop size: ~1.5 min of CPU, one core (more wall time on a busy machine)
 #   N_PER_WORKER=1024 EPOCHS=50 bash runs/scaling.sh   # closer to paper scale (use a cluster)
 #
 # Then:  python -m analysis.scaling results/scaling/*/*.h5 --out docs/figures
