@@ -308,5 +308,5 @@ def load_shards(path) -> np.ndarray:
         return f["shards"][()]
 
 
-__all__ = ["ALWAYS_WRITTEN", "CONDITIONAL", "PER_EPOCH", "TraceWarning", "code_label", "load_herding_sim", "load_orders",
-           "load_run_arrays", "load_runs", "load_shards"]
+__all__ = ["ALWAYS_WRITTEN", "CONDITIONAL", "PER_EPOCH", "TraceWarning", "code_label", "load_herding_sim",
+           "load_orders", "load_run_arrays", "load_runs", "load_shards"]

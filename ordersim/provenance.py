@@ -43,8 +43,9 @@ def mpi_library() -> str:
 
 
 def code_state() -> dict:
-    """Root attributes: ordersim_version, git_commit and git_dirty ('' and False outside a git
-    checkout; git_diff_sha1 the hash of `git diff HEAD` when dirty), <library>_version for numpy, numba, mpi4py, h5py, mpi_library, command_line."""
+    """Root attributes: ordersim_version; git_commit and git_dirty ('' and False outside a git
+    checkout); git_diff_sha1, the hash of `git diff HEAD` when dirty; <library>_version for numpy,
+    numba, mpi4py and h5py; mpi_library; command_line."""
     commit = _git("rev-parse", "HEAD")
     # the tree is dirty when a tracked file differs from the commit (untracked files do not count)
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no")) if commit else False

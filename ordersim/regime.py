@@ -31,7 +31,8 @@ def theory_rate(orderer: str, m: int, n: int, T: int) -> float:
 
 
 def theory_step(orderer: str, m: int, n: int, T: int, mu: float) -> float:
-    """α = ln(1 / rate) / (μ n T): the constant step at which the bias term exp(−α μ n T) is the rate."""
+    """α = ln(1 / rate) / (μ n T): the constant step at which the bias term exp(−α μ n T) is the
+    rate."""
     T = max(T, 2)
     return -math.log(theory_rate(orderer, m, n, T)) / (mu * n * T)
 

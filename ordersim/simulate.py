@@ -254,9 +254,10 @@ def theory_regime(config: Config, setup: Setup, orderer: str) -> dict:
                                                  config.epochs))
 
 
-def warn_regime(backend, regimes: dict) -> None:
-    """One line on stderr (rank 0) naming the orderers whose runs leave the analyses' regime."""
-    line = regime.regime_warning(regimes)
+def warn_regime(config: Config, backend, regimes: dict) -> None:
+    """One line on stderr (rank 0) naming the orderers whose runs leave the analyses' regime, for
+    the theory schedule (the one that claims the analyses' step; a constant step only records it)."""
+    line = regime.regime_warning(regimes) if config.schedule == "theory" else None
     if backend.rank == 0 and line:
         print(line, file=sys.stderr, flush=True)
 
@@ -536,7 +537,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
     constants = {k: v for k, v in setup.constants.items() if k != "x_star"}
     ckpt = checkpoint_path(out)
     regimes = {name: theory_regime(config, setup, name) for name in config.orderers}
-    warn_regime(backend, regimes)
+    warn_regime(config, backend, regimes)
     warmed: set[str] = set()  # orderers whose kernels were compiled for this setup
     for index in range(position, len(plan)):
         orderer_name, seed = plan[index]
@@ -552,7 +553,8 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
         else:
             trace = writer.start_run(orderer_name, seed, dict(
                 workers=config.workers, examples_per_worker=setup.n, batch=config.batch, lr=config.lr,
-                compile_time=compile_time, **constants, **regimes[orderer_name], **(run.clock.attrs() if run.clock else {})))
+                compile_time=compile_time, **constants, **regimes[orderer_name],
+                **(run.clock.attrs() if run.clock else {})))
             record = run.measure(0)
             trace.append_epoch(record)
             visited = None  # the orders the next epoch visits (for per-example coverage)
@@ -611,7 +613,8 @@ def open_trace(config, backend, setup, out, plan, resume, cell):
         config=config.to_json(), ranks=backend.size, backend=config.backend,
         exchange=backend.exchange, hosts=hosts,
         problem=config.problem, data=config.data, dropped_examples=setup.dropped,
-        data_info=setup.data_info, **provenance.code_state(), **({"sweep_cell": cell} if cell else {})),
+        data_info=setup.data_info, **provenance.code_state(),
+        **({"sweep_cell": cell} if cell else {})),
         locking=config.hdf5_locking)
     writer.add_array("shards", setup.shards)
     if setup.constants.get("x_star") is not None:
