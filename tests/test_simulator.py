@@ -233,12 +233,13 @@ FAILING_PROBLEM = textwrap.dedent('''
     from problems.logistic import Logistic
 
     class FailingLogistic(Logistic):
-        """Logistic regression whose second run fails on the last rank (a user bug mid-job)."""
+        """Logistic regression whose second run fails on the last rank (a user bug mid-job); the
+        first call is the warm-up's throwaway run, the second the first run's."""
         name = "failing-logistic"
 
         def initial_point(self, rng):
             comm = MPI.COMM_WORLD
-            if self.__class__.calls == 1 and comm.Get_rank() == comm.Get_size() - 1:
+            if self.__class__.calls == 2 and comm.Get_rank() == comm.Get_size() - 1:
                 raise RuntimeError("boom on the last rank")
             self.__class__.calls += 1
             return super().initial_point(rng)
