@@ -3,11 +3,19 @@
     python -m analysis.fit FILE.h5 [FILE.h5 ...] [--metric auto|suboptimality|gap|grad_norm_sq]
                            [--setting auto|pl|nonconvex] [--epoch T] [--level 0.95] [--out DIR]
 
-Prints one row per (variable, orderer): the number of (run, final error) points, the measured
-exponent (least-squares slope of log error on log m or log n over every run, seeds as separate
-points) with its confidence interval (t distribution, points - 2 degrees of freedom), the theory's
-exponent (analysis/theory.py) and whether they agree (the theory inside the interval). With --out,
-also writes DIR/fit.csv.
+Prints one row per (variable, orderer): the cells fitted (one cell = one value of m or n), the
+data draws per cell, the measured exponent with its confidence interval, the theory's exponent
+(analysis/theory.py), whether they agree (the theory inside the interval) and the cells left out
+at a floor. With --out, also writes DIR/fit.csv.
+
+Each trace file is one data draw (its data_seed). A cell's value is the mean of log error over its
+draws, each draw's the mean over its seeds; the exponent is the least-squares slope of the cell
+values on log m (or log n), and its interval the t interval (cells - 2 degrees of freedom) of that
+slope. The seeds of one draw share its data, so they are not independent points; the cells are:
+each has its own draws, and the scatter of the cell values about the line holds the data-draw
+variation. A cell is at a floor when the error stopped falling: after a step that lowered it, every
+later step lowers it by less than a quarter of rr's theory slope (FLOOR_FRACTION); those cells are
+flagged and left out of the fit.
 
 The error of a run is its metric at epoch T (default: the last epoch every completed run reached;
 interrupted and diverged runs are left out with a note). For a variable (m or n), the points are the
@@ -52,6 +60,45 @@ def fit_exponent(x, y, level: float = 0.95) -> tuple[float, float, float]:
     se = np.sqrt(np.sum(residual**2) / (k - 2) / sxx)
     half = float(stats.t.ppf(0.5 + level / 2, k - 2) * se)
     return slope, slope - half, slope + half
+
+
+FLOOR_FRACTION = 0.25  # a cell-to-cell slope flatter than this times rr's theory slope is a floor
+
+
+def cell_values(points, column: str):
+    """Per value of ``column``: the mean over data draws (files) of the mean over seeds of log
+    error, and the number of draws; sorted by the value. Returns (x, log_error, draws) arrays."""
+    per_draw = points.assign(log_error=np.log(points.error.astype(float))).groupby(
+        [column, "file"]).log_error.mean()
+    per_cell = per_draw.groupby(level=0).agg(["mean", "size"]).sort_index()
+    return (per_cell.index.to_numpy(dtype=float), per_cell["mean"].to_numpy(),
+            per_cell["size"].to_numpy())
+
+
+def floor_cells(x, log_error, flat_slope: float) -> np.ndarray:
+    """Boolean mask of the cells at a floor: the error fell into a cell (a step to it steeper than
+    ``flat_slope`` < 0) and every later step is flatter; those later cells are at the floor. An
+    error that never falls (or rises) has no floor: it is fitted, and its slope says so."""
+    at_floor = np.zeros(len(x), dtype=bool)
+    if len(x) < 3:
+        return at_floor
+    flat = np.diff(log_error) / np.diff(np.log(x)) > flat_slope  # flat[i]: the step from cell i to i+1
+    for start in range(2, len(x)):
+        if not flat[start - 2] and flat[start - 1:].all():
+            at_floor[start:] = True
+            break
+    return at_floor
+
+
+def fit_cells(points, column: str, flat_slope: float, level: float = 0.95) -> dict:
+    """The fit of one (variable, orderer): slope and interval over the cells not at a floor."""
+    x, log_error, draws = cell_values(points, column)
+    at_floor = floor_cells(x, log_error, flat_slope)
+    used = ~at_floor
+    slope, lo, hi = fit_exponent(x[used], np.exp(log_error[used]), level)
+    return dict(cells=int(used.sum()), draws=int(draws.min()) if len(draws) else 0, exponent=slope,
+                ci_low=lo, ci_high=hi, x=x, log_error=log_error, used=used,
+                floor=", ".join(f"{v:g}" for v in x[at_floor]))
 
 
 def final_errors(df, metric: str = "auto", epoch: int | None = None):
@@ -123,13 +170,19 @@ def table(df, metric="auto", setting="auto", epoch=None, level=0.95):
         if points is None:
             notes.append(f"no sweep over {variable}: the files hold one value of {column} per setting")
             continue
+        flat = FLOOR_FRACTION * theory.exponent("rr", variable, setting)
         for orderer, g in sorted(points.groupby("orderer"), key=lambda kv: style.orderer_key(kv[0])):
-            slope, lo, hi = fit_exponent(g[column], g.error, level)
+            cells = fit_cells(g, column, flat, level)
+            lo, hi = cells["ci_low"], cells["ci_high"]
             expected = theory.exponent(orderer, variable, setting)
             agree = "n/a" if expected is None or not np.isfinite(lo) else ("yes" if lo <= expected <= hi else "no")
-            rows.append({"variable": variable, "orderer": orderer, "points": len(g), "exponent": slope,
-                         "ci_low": lo, "ci_high": hi, "theory": theory.format_exponent(expected),
-                         "agree": agree})
+            if cells["floor"]:
+                notes.append(f"{orderer}, {variable}: cells {variable} = {cells['floor']} are at a floor "
+                             "(the error stops falling); left out of the fit")
+            rows.append({"variable": variable, "orderer": orderer, "cells": cells["cells"],
+                         "draws": cells["draws"], "exponent": cells["exponent"], "ci_low": lo,
+                         "ci_high": hi, "theory": theory.format_exponent(expected), "agree": agree,
+                         "floor": cells["floor"] or "-"})
     return pd.DataFrame(rows), metric, setting, epoch, notes
 
 
@@ -154,12 +207,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     result, metric, setting, epoch, notes = table(style.load(args.files), args.metric, args.setting,
                                                   args.epoch, args.level)
-    print(f"error: {metric} at epoch T = {epoch}; theory: {setting}; "
-          f"{args.level:.0%} confidence interval (t distribution)")
+    print(f"error: {metric} at epoch T = {epoch}; theory: {setting}; slope of the cell means "
+          f"(log error averaged over seeds, then data draws), {args.level:.0%} t interval over cells")
     if len(result):
         shown = result.assign(exponent=result.exponent.map("{:+.3f}".format),
                               ci=[f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in zip(result.ci_low, result.ci_high)])
-        print(shown[["variable", "orderer", "points", "exponent", "ci", "theory", "agree"]].to_string(index=False))
+        print(shown[["variable", "orderer", "cells", "draws", "exponent", "ci", "theory", "agree",
+                     "floor"]].to_string(index=False))
     for note in notes:
         print(f"note: {note}")
     if args.out is not None:

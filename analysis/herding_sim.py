@@ -40,7 +40,9 @@ def main(argv=None) -> int:
                      files_help="files written by python -m ordersim herding-sim (docs/herding_sim.md)")
     p.add_argument("--linear", action="store_true", help="linear y axis instead of log")
     args = style.parse(p, argv)
-    plot(load_herding_sim(args.files), args.out, args.band, log=not args.linear)
+    df = load_herding_sim(args.files)
+    style.print_code_states(df)
+    plot(df, args.out, args.band, log=not args.linear)
     return 0
 
 

@@ -35,10 +35,31 @@ PER_EPOCH = ALWAYS_WRITTEN[:2] + ("suboptimality", "grad_norm", "dist_to_opt", "
                                   "train_accuracy", "herding_inf", "herding_2") + ALWAYS_WRITTEN[3:]
 # Root attributes copied into every row of load_runs (config and hosts stay in load_run_arrays).
 FILE_COLUMNS = ("problem", "data", "backend", "ranks", "dropped_examples", "ordersim_version",
-                "start_time", "end_time")
+                "git_commit", "git_dirty", "start_time", "end_time")
 # Run attributes first in the table, in this order; any other attribute follows.
 RUN_COLUMNS = ("orderer", "seed", "workers", "examples_per_worker", "batch", "lr", "status",
                "epochs_completed", "f_star", "L", "L_max", "mu", "sigma2_star", "zeta2_star")
+
+
+def code_label(attrs: dict) -> str:
+    """The code state that wrote a file, from its root attributes: '0.1.0 @ 1a2b3c4d5e6f', with
+    ' (dirty, diff <hash>)' for an uncommitted tree; older traces say what they did not record."""
+    version = attrs.get("ordersim_version") or "unknown version"
+    commit = attrs.get("git_commit")
+    if commit is None:
+        return f"{version} @ commit not recorded"
+    if not commit:
+        return f"{version} (not from a git checkout)"
+    dirty = f" (dirty, diff {attrs.get('git_diff_sha1') or '?'})" if attrs.get("git_dirty") else ""
+    return f"{version} @ {commit[:12]}{dirty}"
+
+
+def _note_code_states(states: dict, notes: "_Notes") -> None:
+    """A note when the files come from more than one code state ({label: [files]})."""
+    if len(states) > 1:
+        notes.add(f"the files come from {len(states)} code states; their results may not be "
+                  "comparable: " + "; ".join(f"{label}: {len(files)} file(s), e.g. {files[0]}"
+                                             for label, files in states.items()))
 
 
 class TraceWarning(UserWarning):
@@ -188,11 +209,19 @@ def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
         paths = [paths]
     notes = _Notes()
     frames = []
+    states: dict[str, list[str]] = {}
     for path in paths:
         file_attrs, runs = _read_file(path, notes)
+        label = code_label(file_attrs)
+        states.setdefault(label, []).append(str(path))
+        try:
+            data_seed = json.loads(file_attrs.get("config", "{}")).get("data_seed")
+        except (ValueError, AttributeError):
+            data_seed = None
         for arrays in runs.values():
             columns = {"file": str(path)}
             columns.update({k: file_attrs.get(k) for k in FILE_COLUMNS})
+            columns.update(code_state=label, data_seed=data_seed)
             attrs = arrays["attrs"]
             columns.update({k: attrs.get(k, np.nan) for k in RUN_COLUMNS})
             columns.update({k: v for k, v in attrs.items() if k not in columns and not isinstance(v, list)})
@@ -205,6 +234,8 @@ def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
     for name in PER_EPOCH:
         if name not in df:
             df[name] = np.nan
+    _note_code_states(states, notes)
+    df.attrs["code_states"] = states
     df.attrs["notes"] = notes.emit()
     return df
 
@@ -239,9 +270,11 @@ def load_herding_sim(paths) -> "pandas.DataFrame":  # noqa: F821
         paths = [paths]
     notes = _Notes()
     frames = []
+    states: dict[str, list[str]] = {}
     for path in paths:
         with h5py.File(path, "r") as f:
             root = _attrs(f)
+            states.setdefault(code_label(root), []).append(str(path))
             if root.get("experiment") != "herding-sim":
                 notes.add(f"file {path} is not a herding-sim file (root attribute experiment = "
                           f"{root.get('experiment')!r}); skipped")
@@ -261,6 +294,8 @@ def load_herding_sim(paths) -> "pandas.DataFrame":  # noqa: F821
                     frames.append(pd.DataFrame(columns))
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         columns=["file", "workers", "examples_per_worker", "orderer", "seed", "round", "herding"])
+    _note_code_states(states, notes)
+    df.attrs["code_states"] = states
     df.attrs["notes"] = notes.emit()
     return df
 
@@ -273,5 +308,5 @@ def load_shards(path) -> np.ndarray:
         return f["shards"][()]
 
 
-__all__ = ["ALWAYS_WRITTEN", "CONDITIONAL", "PER_EPOCH", "TraceWarning", "load_herding_sim", "load_orders",
-           "load_run_arrays", "load_runs", "load_shards"]
+__all__ = ["ALWAYS_WRITTEN", "CONDITIONAL", "PER_EPOCH", "TraceWarning", "code_label", "load_herding_sim",
+           "load_orders", "load_run_arrays", "load_runs", "load_shards"]

@@ -1,12 +1,15 @@
-"""Final error against the number of workers m and against n, log-log, with fitted and theory slopes.
+"""Final error against the number of workers m and against n, log-log, with fitted and theory curves.
 
     python -m analysis.scaling FILE.h5 [FILE.h5 ...] --out DIR [--metric ...] [--setting ...]
                                [--epoch T] [--level 0.95] [--band minmax|std]
 
-Writes DIR/scaling.{png,pdf}: one panel per swept variable (m and/or n; the runs are chosen as in
-analysis.fit), one colour per orderer. Small dots: every run; solid line and band: mean over seeds;
-dashed line: the least-squares fit on log-log, its slope and confidence interval in the legend;
-dotted line: the theory's slope (analysis/theory.py) through the geometric mean of the points.
+Writes DIR/scaling.{png,pdf}: one panel per swept variable (m and/or n; the runs and cells are
+chosen and fitted as in analysis.fit), one colour per orderer. Small dots: each data draw's mean
+over seeds (of log error), the band their min-max (--band std: the cell mean +- one standard
+deviation over draws, on log scale); solid line and markers: the cell means (open markers: cells at a floor, left out of
+the fit); dashed line: the fit, its slope and confidence interval in the legend; dotted line: the
+theory's rate (analysis/theory.py), known only up to a constant, with the constant fitted to the
+same cells (least squares on log error) and labelled so.
 """
 
 from __future__ import annotations
@@ -28,28 +31,41 @@ def plot(df, out, metric="auto", setting="auto", epoch=None, level=0.95, band_ki
     fig.subplots_adjust(hspace=0.45)  # no tight_layout: it would shrink the axes for the outside legends
     for ax, (variable, points) in zip(axes, sweeps.items()):
         column = fit.VARIABLE_COLUMN[variable]
-        points = style.with_labels(points, exclude=(*fit.VARIABLE_COLUMN.values(), "data"))
-        series = style.by_seed(points, column, "error")
-        for lab, (x, values) in series.items():
-            g = points[points.label == lab]
-            col = style.color(lab)
-            ax.plot(g[column], g.error, ".", color=col, ms=3, alpha=0.5)
-            style.band(ax, x, values, lab, band_kind, col=col, labels=list(series))
-            slope, lo, hi = fit.fit_exponent(g[column], g.error, level)
-            lx, ly = np.log(g[column].astype(float)), np.log(g.error)
-            grid = np.array([x.min(), x.max()])
+        flat = fit.FLOOR_FRACTION * theory.exponent("rr", variable, setting)
+        for orderer, g in sorted(points.groupby("orderer"), key=lambda kv: style.orderer_key(kv[0])):
+            col = style.color(orderer)
+            draws = g.assign(log_error=np.log(g.error.astype(float))).groupby([column, "file"]).log_error.mean()
+            ax.plot(draws.index.get_level_values(0), np.exp(draws.to_numpy()), ".", color=col, ms=3, alpha=0.5)
+            cells = fit.fit_cells(g, column, flat, level)
+            x, y, used = cells["x"], np.exp(cells["log_error"]), cells["used"]
+            spread = draws.groupby(level=0).agg(["min", "max", "std"]).sort_index().fillna(0.0)
+            lo, hi = ((spread["min"], spread["max"]) if band_kind == "minmax" else
+                      (cells["log_error"] - spread["std"], cells["log_error"] + spread["std"]))
+            ax.fill_between(x, np.exp(lo), np.exp(hi), color=col, alpha=0.15, linewidth=0)
+            ax.plot(x, y, "-", color=col, lw=1.2, label=orderer)
+            ax.plot(x[used], y[used], "o", color=col, ms=3.5)
+            if (~used).any():
+                ax.plot(x[~used], y[~used], "o", mfc="none", color=col, ms=4.5,
+                        label=f"{orderer}: at a floor (not fitted)")
+            if used.sum() < 2:
+                continue
+            lx, ly = np.log(x[used]), np.log(y[used])
+            grid = np.array([x[used].min(), x[used].max()])
+            slope, lo, hi = cells["exponent"], cells["ci_low"], cells["ci_high"]
             ax.plot(grid, np.exp(ly.mean() + slope * (np.log(grid) - lx.mean())), "--", color=col, lw=1,
                     label=f"fit: slope {slope:+.2f} [{lo:+.2f}, {hi:+.2f}]")
-            expected = theory.exponent(g.orderer.iloc[0], variable, setting)
+            expected = theory.exponent(orderer, variable, setting)
             if expected is not None:
                 ax.plot(grid, np.exp(ly.mean() + expected * (np.log(grid) - lx.mean())), ":", color=col,
-                        lw=1.2, label=f"theory ({setting}): slope {theory.format_exponent(expected)}")
+                        lw=1.4, label=f"theory {theory.RATE_TEXT[setting][orderer]}, C fitted "
+                                      f"(slope {theory.format_exponent(expected)})")
         style.log2_axis(ax, points[column])
         style.plain_log_y(ax)
         ax.set_xlabel(AXIS_LABEL[variable])
         ax.set_ylabel(fit.METRIC_LABEL[metric])
-        ax.set_title(f"after T = {epoch} epochs; fit CI {level:.0%}")
-        style.legend(ax, band_kind, fontsize=6.5, loc="center left", bbox_to_anchor=(1.02, 0.5))
+        ax.set_title(f"after T = {epoch} epochs; mean over seeds and data draws; fit CI {level:.0%}",
+                     fontsize=7)
+        style.legend(ax, None, fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
     for note in notes:
         print(f"note: {note}")
     return style.save(fig, out, "scaling")

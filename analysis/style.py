@@ -204,7 +204,14 @@ def load(files) -> "pandas.DataFrame":  # noqa: F821
         df = load_runs(files)
     for w in caught:  # one plain line each on stderr, not the warnings module's source excerpt
         print(f"warning: {w.message}", file=sys.stderr)
+    print_code_states(df)
     return with_labels(df)
+
+
+def print_code_states(df) -> None:
+    """One line per code state the loaded files come from (load_runs warns when there are several)."""
+    for label, files in df.attrs.get("code_states", {}).items():
+        print(f"code: {label} ({len(files)} file{'s' if len(files) > 1 else ''})")
 
 
 def with_labels(df, exclude=()):

@@ -37,6 +37,14 @@ EXPONENTS = {
     },
 }
 
+# The rates as the papers state them, up to a constant C (and log factors) they do not give.
+RATE_TEXT = {
+    "pl": {"rr": r"$C/(mnT^2)$", "grab": r"$C/(nT)^2$", "pair-grab": r"$C/(nT)^2$",
+           "cd-grab": r"$C/(mnT)^2$"},
+    "nonconvex": {"rr": r"$C(mn)^{-1/3}T^{-2/3}$", "grab": r"$C(nT)^{-2/3}$",
+                  "pair-grab": r"$C(nT)^{-2/3}$", "cd-grab": r"$C(mnT)^{-2/3}$"},
+}
+
 # Herding against n: random orders ~ sqrt(n); balanced orders ~ log n (O~(1) up to log factors).
 HERDING_RANDOM = ("rr", "so", "flipflop", "wr")
 HERDING_BALANCED = ("grab", "pair-grab", "d-grab", "d-grab-pair", "cd-grab", "greedy")
@@ -62,5 +70,5 @@ def format_exponent(value: float | None) -> str:
     return f"{value:.3g}"
 
 
-__all__ = ["EXPONENTS", "HERDING_BALANCED", "HERDING_RANDOM", "SETTINGS", "VARIABLES", "exponent",
+__all__ = ["EXPONENTS", "HERDING_BALANCED", "HERDING_RANDOM", "RATE_TEXT", "SETTINGS", "VARIABLES", "exponent",
            "format_exponent"]

@@ -9,13 +9,14 @@ The serial backend runs whole chunks of steps inside one jitted call (ordersim.e
 
 import math
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ordersim import aligned, engine
+from ordersim import aligned, engine, provenance, regime
 from ordersim.constants import WorkerRows, worker_constants
 from ordersim.data import open_dataset, partition, streamed_source
 from ordersim.backend import SerialBackend
@@ -243,8 +244,8 @@ def prepare(config: Config, backend: SerialBackend, stop: StopRequest | None = N
                  test_y, test_bounds, info)
 
 
-def learning_rate(config: Config, epoch: int, setup: Setup) -> float:
-    """Step size of epoch `epoch` (0-based); formulas in docs/simulator.md."""
+def learning_rate(config: Config, epoch: int, setup: Setup, orderer: str = "rr") -> float:
+    """Step size of epoch `epoch` (0-based) for `orderer`; formulas in docs/simulator.md."""
     t = epoch
     if config.schedule == "constant":
         return config.lr
@@ -254,9 +255,28 @@ def learning_rate(config: Config, epoch: int, setup: Setup) -> float:
         return config.lr / (1.0 + config.lr_decay * t)
     if config.schedule == "inv-sqrt-epoch":
         return config.lr / math.sqrt(1.0 + config.lr_decay * t)
-    # theory: the PL step size of the GraB / CD-GraB analyses, 2 log(T) / (mu n T), capped by lr
-    T = max(config.epochs, 2)
-    return min(config.lr, 2.0 * math.log(T) / (setup.constants["mu"] * setup.n * T))
+    # theory: the orderer's PL step size (ordersim.regime), capped by lr
+    return min(config.lr, regime.theory_step(orderer, config.workers, setup.n, config.epochs,
+                                             setup.constants["mu"]))
+
+
+def theory_regime(config: Config, setup: Setup, orderer: str) -> dict:
+    """Run attributes: the step size and the quantities the PL analyses' assumptions are stated in
+    (ordersim.regime), for a constant step (the theory and constant schedules); {} otherwise."""
+    mu = setup.constants.get("mu")
+    if config.schedule not in ("theory", "constant") or not (mu or 0) > 0:
+        return {}
+    alpha = learning_rate(config, 0, setup, orderer)
+    return dict(step_size=alpha, **regime.regime(alpha, setup.constants, config.workers, setup.n,
+                                                 config.epochs))
+
+
+def warn_regime(config: Config, backend, regimes: dict) -> None:
+    """One line on stderr (rank 0) naming the orderers whose runs leave the analyses' regime, for
+    the theory schedule (the one that claims the analyses' step; a constant step only records it)."""
+    line = regime.regime_warning(regimes) if config.schedule == "theory" else None
+    if backend.rank == 0 and line:
+        print(line, file=sys.stderr, flush=True)
 
 
 class Run:
@@ -505,6 +525,21 @@ class Run:
         return float(peaks[0]), float(peaks[1])
 
 
+def warm_up(setup: Setup, orderer_name: str, seed: int) -> float:
+    """Compile what a run of this orderer calls before its clock starts; the seconds it took.
+
+    A throwaway Run trains one epoch (step size 0) and measures once, so that Numba compiles the
+    step loops, the orderer's kernels and the measurement for these argument types here and not in
+    the first timed epoch. Collective under MPI (every rank warms up alike); it touches no state of
+    the real run (its own model, orderer and clock).
+    """
+    start = time.perf_counter()
+    scratch = Run(setup, orderer_name, seed)
+    scratch.train_epoch(1, 0.0)
+    scratch.measure(1)
+    return time.perf_counter() - start
+
+
 class Checkpointed(Exception):
     """The job stopped at an epoch boundary after writing a checkpoint (exit EXIT_CHECKPOINTED)."""
 
@@ -529,14 +564,31 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
     position, resumed = 0, None
     results: dict[str, list[dict]] = {}
     ckpt = checkpoint_path(out)
+    warmed: set[str] = set()  # orderers whose kernels were compiled for this setup
+
+    def compile_once(name: str, seed: int) -> float:
+        """Seconds the warm-up of orderer `name` took, 0 when it was warmed up already."""
+        if name in warmed:
+            return 0.0
+        warmed.add(name)
+        return warm_up(setup, name, seed)
+
+    warm_up_time = 0.0
     if resume is not None:
         position, results = resume["position"], resume["results"]
         resumed = resume_run(setup, plan, resume, ckpt)
+        if resumed is not None:
+            warm_up_time = compile_once(*plan[position])
     writer, run_id = open_trace(config, backend, setup, out, plan, resume, cell)
     constants = {k: v for k, v in setup.constants.items() if k != "x_star"}
+    regimes = {name: theory_regime(config, setup, name) for name in config.orderers}
+    warn_regime(config, backend, regimes)
+    if resumed is not None:
+        resumed.wall_start += warm_up_time  # its clock was restored before the warm-up
     for index in range(position, len(plan)):
         orderer_name, seed = plan[index]
         backend.phase = f"the start of {orderer_name} seed {seed}"
+        compile_time = compile_once(orderer_name, seed)
         if resumed is not None:  # the run the checkpoint stopped inside
             run, resumed = resumed, None
             trace = writer.run(orderer_name, seed, appends=config.epochs + 1)
@@ -547,7 +599,8 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
             run = Run(setup, orderer_name, seed)
             trace = writer.start_run(orderer_name, seed, dict(
                 workers=config.workers, examples_per_worker=setup.n, batch=config.batch, lr=config.lr,
-                **constants, **(run.clock.attrs() if run.clock else {})), appends=config.epochs + 1)
+                compile_time=compile_time, **constants, **regimes[orderer_name],
+                **(run.clock.attrs() if run.clock else {})), appends=config.epochs + 1)
             record = run.measure(0)
             trace.append_epoch(record)
             visited = None  # the orders the next epoch visits (for per-example coverage)
@@ -561,7 +614,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
                 first_epoch = config.epochs + 1
         for epoch in range(first_epoch, config.epochs + 1):
             backend.phase = f"epoch {epoch} of {orderer_name} seed {seed}"
-            lr = learning_rate(config, epoch - 1, setup)
+            lr = learning_rate(config, epoch - 1, setup, orderer_name)
             if not run.train_epoch(epoch, lr):
                 report_divergence(run, backend, orderer_name, seed, epoch, lr, "the model is not finite")
                 break
@@ -653,7 +706,8 @@ def open_trace(config, backend, setup, out, plan, resume, cell):
         config=config.to_json(), ranks=backend.size, backend=config.backend,
         exchange=backend.exchange, hosts=hosts, run_id=run_id,
         problem=config.problem, data=config.data, dropped_examples=setup.dropped,
-        data_info=setup.data_info, **(cell.trace_attrs() if cell else {})),
+        data_info=setup.data_info, **provenance.code_state(),
+        **(cell.trace_attrs() if cell else {})),
         locking=config.hdf5_locking)
     writer.add_array("shards", setup.shards)
     if setup.constants.get("x_star") is not None:

@@ -23,16 +23,19 @@ EXPONENT = {"rr": -1.0, "cd-grab": -2.0}
 
 
 def write_trace(path, workers=4, n=8, epochs=5, orderers=ORDERERS, seeds=SEEDS, noise=0.05,
-                drop=(), interrupted=None, killed=False, record_orders=False, convex=True):
+                drop=(), interrupted=None, killed=False, record_orders=False, convex=True,
+                scale=1.0, floor=0.0, code=None):
     """A trace file as the simulator writes it: ``drop`` names datasets left out of every run,
     ``interrupted`` = (orderer, seed) of a run stopped after epoch 2 with status "interrupted",
-    ``killed`` leaves out the root end_time."""
+    ``killed`` leaves out the root end_time; ``scale`` multiplies every run's suboptimality (a data
+    draw's offset, shared by its seeds), ``floor`` bounds it from below; ``code`` = root attributes
+    of the code state (git_commit, git_dirty, ...)."""
     rng = np.random.default_rng(zlib.crc32(f"{Path(path).name} {workers} {n}".encode()))
     with h5py.File(path, "w") as f:
         f.attrs.update(ordersim_version="0.1.0", config=json.dumps({"workers": workers, "n": n}),
                        ranks=1, backend="serial", hosts=json.dumps(["localhost"]),
                        start_time="2026-11-29T16:00:00+00:00", problem="logreg", data="synthetic",
-                       dropped_examples=0)
+                       dropped_examples=0, **(code or {}))
         if not killed:
             f.attrs["end_time"] = "2026-11-29T16:01:00+00:00"
         f["shards"] = np.arange(workers * n, dtype=np.int64).reshape(workers, n)
@@ -42,7 +45,8 @@ def write_trace(path, workers=4, n=8, epochs=5, orderers=ORDERERS, seeds=SEEDS, 
                 stop = 2 if interrupted == (orderer, seed) else epochs
                 t = np.arange(stop + 1)
                 noisy = np.exp(noise * rng.standard_normal(stop + 1))
-                sub = 0.5 * (workers * n / 8) ** EXPONENT[orderer] * (t + 1.0) ** -2 * noisy
+                sub = np.maximum(scale * 0.5 * (workers * n / 8) ** EXPONENT[orderer] * (t + 1.0) ** -2 * noisy,
+                                 floor)
                 herd = (np.sqrt(workers * n) if orderer == "rr" else np.log(workers * n + 1)) * noisy
                 herd[0] = np.sqrt(workers * n) * noisy[0]
                 data = {
@@ -193,10 +197,57 @@ def test_fit_table_from_traces_agrees_with_theory(sweep, capsys):
         for orderer, expected in EXPONENT.items():
             row = by.loc[(variable, orderer)]
             assert row.ci_low <= expected <= row.ci_high and row.agree == "yes", (variable, orderer, row)
-    assert by.loc[("m", "rr")].points == len(WORKERS) * len(SEEDS)
+    assert by.loc[("m", "rr")].cells == len(WORKERS) and by.loc[("m", "rr")].draws == 1
     assert fit.main([str(p) for p in sweep]) == 0
     out = capsys.readouterr().out
     assert "cd-grab" in out and "-2" in out and "yes" in out
+
+
+def test_fit_interval_holds_the_data_draw_variation(tmp_path):
+    """Three data draws per m, each moving all its seeds' errors together (seed noise 1%, draw noise
+    30%): the seeds are not independent points. Fitting every run as a point gives an interval that
+    the draw variation does not widen, much narrower than the fit over cell means, which covers
+    the true slope."""
+    rng = np.random.default_rng(7)
+    files = [write_trace(tmp_path / f"m{m}_d{draw}.h5", workers=m, noise=0.01,
+                         scale=float(np.exp(0.3 * rng.standard_normal())))
+             for m in WORKERS for draw in range(3)]
+    df = quiet(load_runs, files)
+    result, *_ = quiet(fit.table, df)
+    by = result.set_index(["variable", "orderer"])
+    errors, *_ = fit.final_errors(df)
+    for orderer, expected in EXPONENT.items():
+        row = by.loc[("m", orderer)]
+        assert row.cells == len(WORKERS) and row.draws == 3
+        assert row.ci_low <= expected <= row.ci_high, row
+        runs = errors[errors.orderer == orderer]
+        _, lo, hi = fit.fit_exponent(runs.workers, runs.error)
+        assert 2 * (hi - lo) < row.ci_high - row.ci_low, (lo, hi, row)
+
+
+def test_cells_at_a_floor_are_flagged_and_left_out(tmp_path, capsys):
+    # cd-grab's error (0.5/36 m^-2 at T = 5) meets the floor after m = 8; rr's (m^-1) stays above it
+    files = [write_trace(tmp_path / f"m{m}.h5", workers=m, floor=2e-4) for m in (1, 2, 4, 8, 16, 32)]
+    result, *_, notes = quiet(fit.table, quiet(load_runs, files))
+    cd = result.set_index(["variable", "orderer"]).loc[("m", "cd-grab")]
+    assert cd.floor == "16, 32" and cd.cells == 4 and cd.ci_low <= -2 <= cd.ci_high
+    assert result.set_index(["variable", "orderer"]).loc[("m", "rr")].floor == "-"
+    assert any("cd-grab, m: cells m = 16, 32 are at a floor" in note for note in notes)
+
+
+def test_scripts_say_which_code_states_they_read(tmp_path, capsys):
+    a = write_trace(tmp_path / "a.h5", code={"git_commit": "a" * 40, "git_dirty": False})
+    b = write_trace(tmp_path / "b.h5", code={"git_commit": "b" * 40, "git_dirty": True,
+                                             "git_diff_sha1": "123456789abc"})
+    with pytest.warns(TraceWarning, match="the files come from 2 code states"):
+        df = load_runs([a, b])
+    assert df.attrs["code_states"] == {"0.1.0 @ aaaaaaaaaaaa": [str(a)],
+                                       "0.1.0 @ bbbbbbbbbbbb (dirty, diff 123456789abc)": [str(b)]}
+    assert fit.main([str(a)]) == 0
+    out = capsys.readouterr()
+    assert "code: 0.1.0 @ aaaaaaaaaaaa (1 file)" in out.out and "code states" not in out.err
+    assert fit.main([str(a), str(b)]) == 0
+    assert "the files come from 2 code states" in capsys.readouterr().err
 
 
 # -- scripts ------------------------------------------------------------------------------------------
@@ -232,7 +283,10 @@ def test_scripts_explain_every_option(capsys):
 def test_sweep_over_m_on_a_fixed_dataset_is_used_with_a_note(tmp_path):
     files = [write_trace(tmp_path / f"fixed{m}.h5", workers=m, n=64 // m) for m in (2, 4, 8)]
     result, *_, notes = quiet(fit.table, quiet(load_runs, files))
-    assert set(result.variable) == {"m", "n"} and (result.points == 9).all()
+    assert set(result.variable) == {"m", "n"}
+    # m n is fixed, so the error does not move with m: a flat line, fitted (not a floor)
+    assert (result.cells == 3).all() and (result.floor == "-").all()
+    assert (result.exponent.abs() < 0.1).all()
     assert any("does not hold examples_per_worker fixed" in note for note in notes)
 
 

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slurm
 
 SINGLE = ROOT / "runs" / "slurm" / "single.sbatch"
 SWEEP_ARRAY = ROOT / "runs" / "slurm" / "sweep_array.sbatch"
-TIMING = {"wall_time", "compute_time", "order_time", "comm_time"}
+TIMING = {"wall_time", "compute_time", "order_time", "comm_time", "compile_time"}
 # Rank 0 alone prints the ranks it can reach (two processes printing at once may interleave their
 # characters); K one-rank worlds would print "world [0]" K times instead.
 WORLD = ("from mpi4py import MPI; c = MPI.COMM_WORLD; r = c.gather(c.Get_rank()); "
@@ -73,7 +73,7 @@ def contents(path):
                 out[(name,)] = f[name][()]
         for orderer, seeds in f["runs"].items():
             for seed, run in seeds.items():
-                out[(orderer, seed, "attrs")] = {k: str(v) for k, v in run.attrs.items()}
+                out[(orderer, seed, "attrs")] = {k: str(v) for k, v in run.attrs.items() if k not in TIMING}
 
                 def visit(name, obj, key=(orderer, seed)):
                     if isinstance(obj, h5py.Dataset) and name.split("/")[-1] not in TIMING:

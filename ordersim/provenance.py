@@ -1,0 +1,59 @@
+"""Which code wrote a trace: ordersim's version and git state, its libraries, the command line.
+
+`code_state()` is what a trace's root attributes record (docs/trace-format.md); analysis.load
+reads them back (``code_label``) to tell traces made by different code apart.
+"""
+
+import hashlib
+import os
+import shlex
+import subprocess
+import sys
+from importlib import metadata
+
+import ordersim
+
+LIBRARIES = ("numpy", "numba", "mpi4py", "h5py")
+
+
+def _git(*args: str) -> str | None:
+    """Output of a git command in the package's checkout, or None (no git, not a checkout)."""
+    here = os.path.dirname(os.path.abspath(ordersim.__file__))
+    try:
+        done = subprocess.run(["git", "-C", here, *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def mpi_library() -> str:
+    """MPI.Get_library_version() (first line), or '' without mpi4py."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return ""
+    return MPI.Get_library_version().strip().splitlines()[0]
+
+
+def code_state() -> dict:
+    """Root attributes: ordersim_version; git_commit and git_dirty ('' and False outside a git
+    checkout); git_diff_sha1, the hash of `git diff HEAD` when dirty; <library>_version for numpy,
+    numba, mpi4py and h5py; mpi_library; command_line."""
+    commit = _git("rev-parse", "HEAD")
+    # the tree is dirty when a tracked file differs from the commit (untracked files do not count)
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no")) if commit else False
+    # two dirty trees on one commit differ in their diff: its hash tells them apart
+    diff = hashlib.sha1((_git("diff", "HEAD") or "").encode()).hexdigest()[:12] if dirty else ""
+    state = dict(ordersim_version=ordersim.__version__, git_commit=commit or "", git_dirty=dirty,
+                 git_diff_sha1=diff)
+    state.update({f"{name}_version": _version(name) for name in LIBRARIES})
+    state["mpi_library"] = mpi_library()
+    state["command_line"] = shlex.join([os.path.basename(sys.executable), *sys.argv])
+    return state
