@@ -19,11 +19,19 @@ COMMANDS = {
 def commands_help() -> str:
     lines = ["commands (python -m ordersim COMMAND --help for each):"]
     lines += [f"  {name:<12} {summary}" for name, (_, _, summary) in COMMANDS.items()]
+    lines += ["python -m ordersim --version: ordersim (and its git commit), Python, numpy, numba, "
+              "mpi4py, h5py, scipy and the MPI library mpi4py loads"]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--version"]:
+        from ordersim.provenance import versions
+
+        for name, version in versions():
+            print(f"{name:<12} {version}")
+        return 0
     if not argv or argv[0].startswith("-") or argv[0].endswith(".toml"):
         argv = ["run", *argv]
     if argv[0] not in COMMANDS:

@@ -16,14 +16,25 @@ import ordersim
 LIBRARIES = ("numpy", "numba", "mpi4py", "h5py")
 
 
-def _git(*args: str) -> str | None:
-    """Output of a git command in the package's checkout, or None (no git, not a checkout)."""
-    here = os.path.dirname(os.path.abspath(ordersim.__file__))
+PACKAGE = os.path.dirname(os.path.abspath(ordersim.__file__))
+
+
+def _run_git(*args: str) -> str | None:
     try:
-        done = subprocess.run(["git", "-C", here, *args], capture_output=True, text=True, timeout=10)
+        done = subprocess.run(["git", "-C", PACKAGE, *args], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _git(*args: str) -> str | None:
+    """Output of a git command in ordersim's own checkout, or None (no git, not a checkout, or an
+    installed copy that merely sits inside some other repository, e.g. a venv in a user's project)."""
+    top = _run_git("rev-parse", "--show-toplevel")
+    if not top or not os.path.isdir(os.path.join(top, "ordersim")) or \
+            not os.path.samefile(os.path.join(top, "ordersim"), PACKAGE):
+        return None
+    return _run_git(*args)
 
 
 def _version(name: str) -> str:
@@ -34,12 +45,23 @@ def _version(name: str) -> str:
 
 
 def mpi_library() -> str:
-    """MPI.Get_library_version() (first line), or '' without mpi4py."""
+    """MPI.Get_library_version() (first line), or '' when mpi4py or its MPI library is missing."""
     try:
         from mpi4py import MPI
-    except ImportError:
+    except (ImportError, RuntimeError):  # RuntimeError: mpi4py cannot load an MPI library
         return ""
     return MPI.Get_library_version().strip().splitlines()[0]
+
+
+def versions() -> list[tuple[str, str]]:
+    """(name, version) of ordersim (with its commit when run from a checkout), Python, the key
+    libraries and the MPI library, for `python -m ordersim --version`."""
+    commit = _git("rev-parse", "--short=12", "HEAD")
+    dirty = " (dirty)" if commit and _git("status", "--porcelain", "--untracked-files=no") else ""
+    rows = [("ordersim", ordersim.__version__ + (f" @ {commit}{dirty}" if commit else "")),
+            ("python", sys.version.split()[0])]
+    rows += [(name, _version(name) or "not installed") for name in (*LIBRARIES, "scipy")]
+    return rows + [("MPI library", mpi_library() or "none loadable (the serial backend runs)")]
 
 
 def code_state() -> dict:

@@ -47,3 +47,20 @@ def test_a_rank_started_by_a_launcher_without_an_mpi_library_refuses_to_run_alon
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert "started by an MPI launcher (PMI_SIZE is set)" in result.stderr
     assert not (tmp_path / "t.h5").exists()
+
+
+def test_version_names_ordersim_its_libraries_and_the_mpi_library():
+    import ordersim
+
+    found = ordersim_versions({})
+    assert found["ordersim"].startswith(ordersim.__version__)
+    assert set(found) >= {"python", "numpy", "numba", "mpi4py", "h5py", "MPI library"}
+    assert found["MPI library"].startswith(("MPICH", "Open MPI"))
+    assert ordersim_versions(NO_MPI)["MPI library"].startswith("none loadable")
+
+
+def ordersim_versions(env) -> dict:
+    result = ordersim(["--version"], env)
+    assert result.returncode == 0, result.stderr
+    return dict(line.split(None, 1) if not line.startswith("MPI library") else
+                ("MPI library", line[len("MPI library"):].strip()) for line in result.stdout.splitlines())
