@@ -1,12 +1,11 @@
 """Cache-line alignment of the hot loops' arrays (ordersim/aligned.py): a speed matter only, so
 what is tested is that the arrays do start on a line, keep their values, and survive pickling."""
 
-import pickle
 
 import numpy as np
 import pytest
 
-from ordersim import aligned
+from ordersim import aligned, checkpoint
 from ordersim.orderers import available_orderers, make_orderer, orderer_class
 
 
@@ -37,26 +36,34 @@ def test_on_cache_line_copies_only_when_needed():
     assert strided.flags.c_contiguous and starts_on_line(strided)
 
 
+def through_a_checkpoint_file(tmp_path, state: dict) -> dict:
+    """state as --resume gets it back: written to a real checkpoint file and read again."""
+    path = str(tmp_path / "state.ckpt")
+    checkpoint.save(path, {"run_states": [state]})
+    return checkpoint.load(path)["run_states"][0]
+
+
 @pytest.mark.parametrize("name", [n for n in available_orderers() if orderer_class(n).needs_gradients])
-def test_state_arrays_start_on_a_line_also_after_pickling(name):
+def test_state_arrays_start_on_a_line_also_after_a_checkpoint(name, tmp_path):
     """Every array of a gradient-observing orderer's state buffer starts on a cache line, the
-    buffer unpickled from a checkpoint too (pickle gives it back anywhere)."""
+    buffer restored from a checkpoint file too (HDF5 gives its arrays back anywhere)."""
     m = 1 if orderer_class(name).centralized_alternatives else 3
     o = make_orderer(name, m, 13, 21, seed=1)
     o.begin_epoch()
     o.observe(np.random.default_rng(0).standard_normal((m, 3, 21)))
-    for copy in (o, pickle.loads(pickle.dumps(o))):
+    restored = make_orderer(name, m, 13, 21, seed=1)
+    restored.restore_state(through_a_checkpoint_file(tmp_path, o.checkpoint_state()))
+    for copy in (o, restored):
         views = copy._state_layout()
         assert views, name
         for view in views:
             assert starts_on_line(getattr(copy, view)), f"{name}: {view} is not on a cache line"
-    restored = pickle.loads(pickle.dumps(o))
     assert np.array_equal(restored.state, o.state)
 
 
 def test_the_step_loops_arrays_start_on_a_line(tmp_path):
     """The data rows, the model and the optimizer state of a run, also restored from a
-    checkpoint's pickle, start on a cache line (A with d = 10: rows of 80 bytes, most of them
+    checkpoint file, start on a cache line (A with d = 10: rows of 80 bytes, most of them
     straddling lines; only its start can be on one)."""
     from ordersim.backend import SerialBackend
     from ordersim.config import build_config
@@ -69,7 +76,7 @@ def test_the_step_loops_arrays_start_on_a_line(tmp_path):
     run = Run(setup, "cd-grab", 0)
     assert run.train_epoch(1, 0.1)
     restored = Run(setup, "cd-grab", 0)
-    restored.restore(pickle.loads(pickle.dumps(run.state())))
+    restored.restore(through_a_checkpoint_file(tmp_path, run.state()))
     for r in (run, restored):
         assert starts_on_line(r.x) and starts_on_line(r.velocity) and starts_on_line(r.orderer.running_sum)
     assert np.array_equal(restored.x, run.x)
