@@ -50,7 +50,8 @@ def mpi_library() -> str:
         from mpi4py import MPI
     except (ImportError, RuntimeError):  # RuntimeError: mpi4py cannot load an MPI library
         return ""
-    return MPI.Get_library_version().strip().splitlines()[0]
+    # Open MPI's string ends in a NUL, which HDF5 string attributes cannot hold
+    return MPI.Get_library_version().split("\0")[0].strip().splitlines()[0]
 
 
 def versions() -> list[tuple[str, str]]:
