@@ -310,7 +310,8 @@ def rank_pid(marker: str, rank: int) -> int:
                 environment = f.read().split(b"\0")
         except (OSError, ValueError):
             continue
-        if marker.encode() in args and f"PMI_RANK={rank}".encode() in environment:
+        ranks = {f"{name}={rank}".encode() for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK")}  # MPICH, Open MPI
+        if marker.encode() in args and ranks & set(environment):
             return int(entry)
     raise AssertionError(f"no process of rank {rank} with {marker} in its command line")
 
