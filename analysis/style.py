@@ -352,7 +352,10 @@ def config_text(df, exclude=(), runs: bool = True) -> str:
 
 def caption(fig, df, exclude=(), extra: str = ""):
     """``config_text`` (none for ``df`` None) and ``extra`` as a caption line under the figure's axes."""
+    import textwrap
+
     text = "; ".join(t for t in (config_text(df, exclude) if df is not None else "", extra) if t)
+    text = textwrap.fill(text, width=max(60, int(fig.get_figwidth() * 17)))  # ~17 characters an inch at 7 pt
     return fig.text(0.5, 0.0, text, ha="center", va="top", fontsize=7, gid="caption")
 
 

@@ -42,7 +42,7 @@ def legend_labels(legend):
 
 
 def caption(fig):
-    return next(t.get_text() for t in fig.texts if t.get_gid() == "caption")
+    return next(t.get_text() for t in fig.texts if t.get_gid() == "caption").replace("\n", " ")
 
 
 def test_every_known_orderer_has_its_own_fixed_style_and_new_names_a_stable_one():
