@@ -59,7 +59,7 @@ def figures(df, band_kind="minmax", names=DEFAULT_METRICS, x_axes=None) -> dict:
         for ax, (metric, y_label, scale) in zip(axes, metrics):
             scale = scale if df[metric].max() <= 1 else 1.0  # accuracy stored as a fraction or in %
             for orderer, config, epochs, values in variants.series(df, metric):
-                with np.errstate(all="ignore"), warnings.catch_warnings():
+                with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)  # an epoch no run measured
                     x = epochs if times is None else np.nanmean(times[orderer, config], axis=0)
                 style.band(ax, x, values * scale, orderer, band_kind, col=variants.color(orderer, config),

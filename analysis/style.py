@@ -137,11 +137,11 @@ def figure(panels: int, cols: int | None = None, width: float = 3.3, height: flo
     return fig, list(axes[:panels])
 
 
-def _regular_breaks(epochs, drawn) -> np.ndarray:
-    """Indices i (into the drawn points) after which the line must break: the step from epoch i to
-    the next is larger than the most common step between measured epochs (an epoch in between was
-    not measured; the shorter last step of ``measure_every`` is not a gap)."""
-    e = np.asarray(epochs, dtype=float)[drawn]
+def _regular_breaks(epochs) -> np.ndarray:
+    """Indices i after which a line through ``epochs`` must break: the step from epoch i to the next
+    is larger than the most common step between them (an epoch in between was not measured; the
+    shorter last step of ``measure_every`` is not a gap)."""
+    e = np.asarray(epochs, dtype=float)
     if e.size < 3:
         return np.array([], dtype=int)
     steps = np.diff(e)
@@ -176,17 +176,17 @@ def band(ax, x, values, label: str, kind: str = "minmax", col=None, labels=(), e
             lo, hi = mean - sd, mean + sd
         else:
             lo, hi = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
-    style = orderer_style(label)
-    col = col if col is not None else style["color"]
+    own = orderer_style(label)
+    col = col if col is not None else own["color"]
     if labels and sum(orderer_of(lab) == orderer_of(label) for lab in labels) > 1:
         line.setdefault("linestyle", linestyle(label, labels))
-    line.setdefault("linestyle", style["linestyle"])
-    line.setdefault("marker", style["marker"])
+    line.setdefault("linestyle", own["linestyle"])
+    line.setdefault("marker", own["marker"])
     line.setdefault("ms", 3)
     order = np.flatnonzero(full)
     xs, ys, lows, highs = (a[order] for a in (x, mean, lo, hi))
     if epochs is not None and order.size:
-        cut = _regular_breaks(np.asarray(epochs, dtype=float)[order], slice(None)) + 1
+        cut = _regular_breaks(np.asarray(epochs, dtype=float)[order]) + 1
         xs, ys, lows, highs = (np.insert(a, cut, np.nan) for a in (xs, ys, lows, highs))
     every_epoch = epochs is not None and order.size > 1 and np.all(np.diff(np.asarray(epochs)[order]) == 1)
     if every_epoch and order.size > 20 and "markevery" not in line:
@@ -232,9 +232,6 @@ class Variants:
         self.configs = (sorted(set(df[self.columns].itertuples(index=False, name=None)), key=_sort_key)
                         if self.columns else [()])
         self.orderers = sorted(df.orderer.unique(), key=orderer_key) if len(df) else []
-
-    def key(self, row) -> tuple:
-        return tuple(row[c] for c in self.columns)
 
     def position(self, config) -> float:
         k = len(self.configs)

@@ -62,7 +62,7 @@ def test_every_known_orderer_has_its_own_fixed_style_and_new_names_a_stable_one(
 
 
 def test_an_orderer_has_the_same_colour_in_every_figure(tmp_path):
-    files = [write_trace(tmp_path / f"m{m}_n{n}.h5", workers=m, n=n, seeds=(0, 1)) for m, n in ((4, 8), (4, 16), (4, 32))]
+    files = [write_trace(tmp_path / f"n{n}.h5", workers=4, n=n, seeds=(0, 1)) for n in (8, 16, 32)]
     df = load(files)
     single = load(files[:1])
     hs = load_herding_sim([herding_sim_file(tmp_path / "hs.h5")])
