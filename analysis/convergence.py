@@ -8,10 +8,15 @@ Writes DIR/convergence_epochs.{png,pdf} (against epochs), DIR/convergence_time.{
 ``wall_time``) and, for traces with a straggler model, DIR/convergence_sim_time.{png,pdf}
 (against simulated time, the cumulative ``sim_time``; docs/stragglers.md). ``--x`` picks the
 figures. One panel per metric present in the files, one line per orderer (and per configuration
-when the files differ in m, n, b, lr, problem, coding or s): mean over seeds with a band.
+when the files differ in m, n, b, lr, problem, coding or s: shades of the orderer's colour, a grey
+scale at the right says which): mean over seeds with a band, markers at measured epochs only.
+The caption under the panels gives the configuration the runs share (problem, m, n, b, the step
+size against L).
 """
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
@@ -33,8 +38,10 @@ X_AXES = (("epochs", "epoch", "epoch $t$ (passes over the data)"),
           ("sim_time", "sim_time", "simulated time (s)"))
 
 
-def plot(df, out, band_kind="minmax", names=DEFAULT_METRICS, x_axes=None):
-    """x_axes: names from X_AXES (None: epochs, time, and sim_time when the files have it)."""
+def figures(df, band_kind="minmax", names=DEFAULT_METRICS, x_axes=None) -> dict:
+    """{figure name: Figure}; x_axes: names from X_AXES (None: epochs, time, and sim_time when the
+    files have it). One line per (orderer, configuration): the orderer's colour, shaded by the
+    configuration (m, n, b, lr, ...) when the files differ in it, with a grey scale saying which."""
     metrics = [(m, *LABELS[m]) for m in names if m in df and df[m].notna().any()]
     if not metrics:
         raise SystemExit(f"convergence: none of {', '.join(names)} in the files")
@@ -44,24 +51,34 @@ def plot(df, out, band_kind="minmax", names=DEFAULT_METRICS, x_axes=None):
     elif "sim_time" in x_axes and not has_sim:
         raise SystemExit("convergence: --x sim_time needs traces of runs with a straggler model "
                          "(no dataset 'sim_time' in the files)")
-    written = []
+    variants = style.Variants(df)
+    out = {}
     for name, x_col, x_label in (axis for axis in X_AXES if axis[0] in x_axes):
         fig, axes = style.figure(len(metrics))
-        times = style.by_seed(df, "epoch", x_col) if x_col != "epoch" else None
+        times = ({(o, c): v for o, c, _, v in variants.series(df, x_col)} if x_col != "epoch" else None)
         for ax, (metric, y_label, scale) in zip(axes, metrics):
             scale = scale if df[metric].max() <= 1 else 1.0  # accuracy stored as a fraction or in %
-            series = style.by_seed(df, "epoch", metric)
-            for lab, (epochs, values) in series.items():
-                x = epochs if times is None else np.nanmean(times[lab][1], axis=0)
-                style.band(ax, x, values * scale, lab, band_kind, labels=list(series))
+            for orderer, config, epochs, values in variants.series(df, metric):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # an epoch no run measured
+                    x = epochs if times is None else np.nanmean(times[orderer, config], axis=0)
+                style.band(ax, x, values * scale, orderer, band_kind, col=variants.color(orderer, config),
+                           epochs=epochs)
             ax.set_xlabel(x_label)
             ax.set_ylabel(y_label)
             if "accuracy" not in metric:
                 style.log_if_positive(ax, df[metric])
-        style.legend(axes[0], band_kind, figure_level=True)
+        style.orderer_legend(fig, variants.orderers, band_kind)
         fig.tight_layout()
-        written += style.save(fig, out, f"convergence_{name}")
-    return written
+        variants.colorbar(fig)
+        style.caption(fig, df, exclude=variants.columns)
+        out[f"convergence_{name}"] = fig
+    return out
+
+
+def plot(df, out, band_kind="minmax", names=DEFAULT_METRICS, x_axes=None):
+    """Write the figures of ``figures`` to ``out``; return the paths."""
+    return [path for name, fig in figures(df, band_kind, names, x_axes).items() for path in style.save(fig, out, name)]
 
 
 def main(argv=None) -> int:

@@ -26,45 +26,52 @@ from analysis import style
 NORM_LABEL = {"inf": r"$\|\cdot\|_\infty$", "2": r"$\|\cdot\|_2$"}
 
 
-def _references(ax, n_values, c, with_label=True):
+def _references(ax, n_values, c):
     n = np.asarray(n_values, dtype=float)
-    ax.plot(n, c * np.sqrt(n), "k--", lw=1, label=r"$c\sqrt{n}$ (random orders)" if with_label else None)
-    ax.plot(n, c * np.log(n), "k:", lw=1, label=r"$c\log n$ (balanced orders)" if with_label else None)
+    ax.plot(n, c * np.sqrt(n), "k--", lw=1, label=REFERENCE_LABELS[0])
+    ax.plot(n, c * np.log(n), "k:", lw=1, label=REFERENCE_LABELS[1])
 
 
-def plot_epochs(df, out, column, norm, band_kind):
-    panels = list(df.groupby(["workers", "examples_per_worker", "batch"]))
+REFERENCE_LABELS = (r"$c\sqrt{n}$ (random orders)", r"$c\log n$ (balanced orders)")
+PANEL = ("workers", "examples_per_worker", "batch")
+
+
+def draw_epochs(df, column, norm, band_kind):
+    """The herding_epochs figure: one panel per (m, n, b), with c sqrt(n) and c log(n) as levels."""
+    panels = list(df.groupby(list(PANEL)))
+    variants = style.Variants(df, exclude=PANEL)
     fig, axes = style.figure(len(panels), cols=min(len(panels), 3))
     for ax, ((m, n, b), g) in zip(axes, panels):
-        g = style.with_labels(g, exclude=("workers", "examples_per_worker", "batch"))
-        series = style.by_seed(g, "epoch", column)
-        for lab, (epochs, values) in series.items():
-            style.band(ax, epochs, values, lab, band_kind, labels=list(series))
+        for orderer, config, epochs, values in variants.series(g, column):
+            style.band(ax, epochs, values, orderer, band_kind, col=variants.color(orderer, config), epochs=epochs)
         h0 = g.loc[g.epoch == g.epoch.min(), column].mean()
         c = h0 / np.sqrt(n)
         epochs = np.sort(g.epoch.unique())
-        ax.plot(epochs, np.full(len(epochs), c * np.sqrt(n)), "k--", lw=1, label=r"$c\sqrt{n}$ (random)")
-        ax.plot(epochs, np.full(len(epochs), c * np.log(n)), "k:", lw=1, label=r"$c\log n$ (balanced)")
+        ax.plot(epochs[[0, -1]], np.full(2, c * np.sqrt(n)), "k--", lw=1, label=REFERENCE_LABELS[0])
+        ax.plot(epochs[[0, -1]], np.full(2, c * np.log(n)), "k:", lw=1, label=REFERENCE_LABELS[1])
         style.plain_log_y(ax)
         ax.set_title(f"m = {m}, n = {n}, b = {b}")
         ax.set_xlabel("epoch $t$")
         ax.set_ylabel(f"parallel herding {NORM_LABEL[norm]}")
-    style.legend(axes[0], band_kind, figure_level=True)
+    style.orderer_legend(fig, variants.orderers, band_kind, ax=axes[0])
     fig.tight_layout()
-    return style.save(fig, out, "herding_epochs")
+    variants.colorbar(fig)
+    style.caption(fig, df, exclude=(*PANEL, *variants.columns),
+                  extra=r"c = epoch-0 herding / $\sqrt{n}$ per panel")
+    return fig
 
 
-def plot_vs_n(df, out, column, norm, band_kind):
+def draw_vs_n(df, column, norm, band_kind):
+    """The herding_vs_n figure (None without two values of n for some m): final herding against n."""
     panels = [(m, g) for m, g in df.groupby("workers") if g.examples_per_worker.nunique() > 1]
     if not panels:
-        return []
+        return None
+    variants = style.Variants(df, exclude=("workers", "examples_per_worker"))
     fig, axes = style.figure(len(panels), cols=min(len(panels), 3))
     for ax, (m, g) in zip(axes, panels):
         last = g[g.epoch == g.groupby(["file", "orderer", "seed"]).epoch.transform("max")]
-        last = style.with_labels(last, exclude=("examples_per_worker",))
-        series = style.by_seed(last, "examples_per_worker", column)
-        for lab, (n, values) in series.items():
-            style.band(ax, n, values, lab, band_kind, labels=list(series), marker="o", ms=3)
+        for orderer, config, n, values in variants.series(last, column, x="examples_per_worker"):
+            style.band(ax, n, values, orderer, band_kind, col=variants.color(orderer, config))
         first = g[g.epoch == g.epoch.min()]
         c = float(np.exp(np.nanmean(np.log(first[column]) - 0.5 * np.log(first.examples_per_worker))))
         _references(ax, np.sort(g.examples_per_worker.unique()), c)
@@ -73,17 +80,29 @@ def plot_vs_n(df, out, column, norm, band_kind):
         ax.set_title(f"m = {m}, final epoch")
         ax.set_xlabel("examples per worker $n$")
         ax.set_ylabel(f"parallel herding {NORM_LABEL[norm]}")
-    style.legend(axes[0], band_kind, figure_level=True)
+    style.orderer_legend(fig, variants.orderers, band_kind, ax=axes[0])
     fig.tight_layout()
-    return style.save(fig, out, "herding_vs_n")
+    variants.colorbar(fig)
+    style.caption(fig, df, exclude=("workers", "examples_per_worker", *variants.columns),
+                  extra=r"c fitted to the epoch-0 herding of the panel's runs")
+    return fig
 
 
-def plot(df, out, norm="inf", band_kind="minmax"):
+def figures(df, norm="inf", band_kind="minmax") -> dict:
+    """{figure name: Figure}: herding_epochs, and herding_vs_n when the files sweep n."""
     column = f"herding_{norm}"
     if column not in df or df[column].notna().sum() == 0:
         raise SystemExit(f"herding: no dataset {column} in the files")
     df = df[df[column].notna()]
-    return plot_epochs(df, out, column, norm, band_kind) + plot_vs_n(df, out, column, norm, band_kind)
+    out = {"herding_epochs": draw_epochs(df, column, norm, band_kind)}
+    vs_n = draw_vs_n(df, column, norm, band_kind)
+    if vs_n is not None:
+        out["herding_vs_n"] = vs_n
+    return out
+
+
+def plot(df, out, norm="inf", band_kind="minmax"):
+    return [path for name, fig in figures(df, norm, band_kind).items() for path in style.save(fig, out, name)]
 
 
 def main(argv=None) -> int:

@@ -6,33 +6,55 @@ Input: files written by ``python -m ordersim herding-sim`` (docs/herding_sim.md)
 (e.g. one per --seed) are combined, and the band is then over seeds. Writes DIR/herding_sim.{png,pdf}:
 parallel herding (inf-norm, prefixes at step boundaries) against the reorder round, one panel per
 number of workers m (n = total / m vectors each), one line per orderer, log y axis (--linear for a
-linear one). Round 0 is the shared random starting order.
+linear one), with the c*sqrt(n) (random orders) and c*log(n) (balanced orders) levels of
+analysis.herding, c = the panel's round-0 herding / sqrt(n). Round 0 is the shared random starting
+order.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from analysis import style
+from analysis.herding import REFERENCE_LABELS
 from analysis.load import load_herding_sim
 
 
-def plot(df, out, band_kind="minmax", log=True):
+def draw(df, band_kind="minmax", log=True):
+    """The herding_sim figure: one panel per m, one line per orderer, the c sqrt(n) and c log(n)
+    levels (c = the round-0 herding of the panel / sqrt(n), as in analysis.herding)."""
     if df.empty:
         raise SystemExit("herding_sim: no herding-sim results in the files")
     panels = sorted(df.groupby("workers"), key=lambda kv: kv[0])
+    orderers = sorted(df.orderer.unique(), key=style.orderer_key)
     fig, axes = style.figure(len(panels), cols=min(len(panels), 5), width=2.6, height=2.4)
     for ax, (m, g) in zip(axes, panels):
         g = g.assign(label=g.orderer)
         for lab, (rounds, values) in style.by_seed(g, "round", "herding").items():
-            style.band(ax, rounds, values, lab, band_kind, marker="o", ms=2.5)
+            style.band(ax, rounds, values, lab, band_kind, epochs=rounds)
         n = g.examples_per_worker.iloc[0]
+        c = g.loc[g["round"] == g["round"].min(), "herding"].mean() / np.sqrt(n)
+        ends = [g["round"].min(), g["round"].max()]
+        ax.plot(ends, [c * np.sqrt(n)] * 2, "k--", lw=1, label=REFERENCE_LABELS[0])
+        ax.plot(ends, [c * np.log(n)] * 2, "k:", lw=1, label=REFERENCE_LABELS[1])
         ax.set_title(f"m = {m}, n = {n}")
         ax.set_xlabel("reorder round")
         if log:
             style.plain_log_y(ax)
     axes[0].set_ylabel(r"parallel herding $\|\cdot\|_\infty$")
-    style.legend(axes[0], band_kind if df.seed.nunique() > 1 else None, figure_level=True)
+    style.orderer_legend(fig, orderers, band_kind if df.seed.nunique() > 1 else None, ax=axes[0])
     fig.tight_layout()
-    return style.save(fig, out, "herding_sim")
+    first = df.iloc[0]
+    seeds = df.seed.nunique()
+    style.caption(fig, None, extra=(
+        f"{int(first.workers * first.examples_per_worker)} unit-norm Gaussian vectors in d = {first.dim}, "
+        f"centred per worker; b = {first.batch}; {first.norm}-norm, prefixes at step boundaries; "
+        f"{seeds} seed{'s' if seeds > 1 else ''}; c = round-0 herding / $\\sqrt{{n}}$ per panel"))
+    return fig
+
+
+def plot(df, out, band_kind="minmax", log=True):
+    return style.save(draw(df, band_kind, log), out, "herding_sim")
 
 
 def main(argv=None) -> int:

@@ -15,13 +15,16 @@ same cells (least squares on log error) and labelled so.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from analysis import fit, style, theory
 
 AXIS_LABEL = {"m": "number of workers $m$", "n": "examples per worker $n$"}
+AXIS_COLUMNS = ("workers", "examples_per_worker")
 
 
-def plot(df, out, metric="auto", setting="auto", epoch=None, level=0.95, band_kind="minmax"):
+def draw(df, metric="auto", setting="auto", epoch=None, level=0.95, band_kind="minmax"):
+    """The scaling figure and the notes of the fit (analysis.fit)."""
     errors, metric, epoch, notes = fit.final_errors(df, metric, epoch)
     setting = fit.setting_of(errors, metric, setting)
     sweeps = {v: s for v in fit.VARIABLE_COLUMN if (s := fit.sweep(errors, v, notes)) is not None}
@@ -33,7 +36,7 @@ def plot(df, out, metric="auto", setting="auto", epoch=None, level=0.95, band_ki
         column = fit.VARIABLE_COLUMN[variable]
         flat = fit.FLOOR_FRACTION * theory.exponent("rr", variable, setting)
         for orderer, g in sorted(points.groupby("orderer"), key=lambda kv: style.orderer_key(kv[0])):
-            col = style.color(orderer)
+            col, mark = style.color(orderer), style.orderer_style(orderer)["marker"]
             draws = g.assign(log_error=np.log(g.error.astype(float))).groupby([column, "file"]).log_error.mean()
             ax.plot(draws.index.get_level_values(0), np.exp(draws.to_numpy()), ".", color=col, ms=3, alpha=0.5)
             cells = fit.fit_cells(g, column, flat, level)
@@ -43,9 +46,9 @@ def plot(df, out, metric="auto", setting="auto", epoch=None, level=0.95, band_ki
                       (cells["log_error"] - spread["std"], cells["log_error"] + spread["std"]))
             ax.fill_between(x, np.exp(lo), np.exp(hi), color=col, alpha=0.15, linewidth=0)
             ax.plot(x, y, "-", color=col, lw=1.2, label=orderer)
-            ax.plot(x[used], y[used], "o", color=col, ms=3.5)
+            ax.plot(x[used], y[used], mark, color=col, ms=3.5)
             if (~used).any():
-                ax.plot(x[~used], y[~used], "o", mfc="none", color=col, ms=4.5,
+                ax.plot(x[~used], y[~used], mark, mfc="none", color=col, ms=4.5,
                         label=f"{orderer}: at a floor (not fitted)")
             if used.sum() < 2:
                 continue
@@ -63,9 +66,18 @@ def plot(df, out, metric="auto", setting="auto", epoch=None, level=0.95, band_ki
         style.plain_log_y(ax)
         ax.set_xlabel(AXIS_LABEL[variable])
         ax.set_ylabel(fit.METRIC_LABEL[metric])
-        ax.set_title(f"after T = {epoch} epochs; mean over seeds and data draws; fit CI {level:.0%}",
-                     fontsize=7)
+        held = AXIS_COLUMNS[1 - AXIS_COLUMNS.index(column)]
+        ax.set_title(f"{style.CONFIG[held]} = {style.value_text(points[held], 6)}, after T = {epoch} epochs; "
+                     f"mean over seeds and data draws; fit CI {level:.0%}", fontsize=7)
         style.legend(ax, None, fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    points = pd.concat(list(sweeps.values()))
+    style.caption(fig, None, extra=f"{style.config_text(points, exclude=tuple(AXIS_COLUMNS), runs=False)}; "
+                                   f"theory: {setting}")
+    return fig, notes
+
+
+def plot(df, out, metric="auto", setting="auto", epoch=None, level=0.95, band_kind="minmax"):
+    fig, notes = draw(df, metric, setting, epoch, level, band_kind)
     for note in notes:
         print(f"note: {note}")
     return style.save(fig, out, "scaling")

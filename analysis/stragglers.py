@@ -7,8 +7,10 @@ For traces of runs with a straggler model (docs/stragglers.md), e.g. the cells o
 runs/stragglers.toml. Writes DIR/stragglers.{png,pdf}: one panel per tolerance s (one row of them
 per step size lr when the traces have several, titled with lr·L, L the trace's smoothness
 constant), the metric (default: suboptimality when present, else train loss) against simulated
-time, one colour per coding scheme and one line style per orderer (mean over seeds, band over
-seeds; wait-all, which tolerates no straggler, appears in every panel), and a panel with the mean
+time, one colour per coding scheme (a palette no orderer uses) and the orderer's line style and
+marker (the same as in every figure), one legend for each (mean over seeds, band over seeds;
+wait-all, which tolerates no straggler, appears in every panel; the panels of one lr share their y
+and x ranges), and a panel with the mean
 simulated time per step against s per scheme (markers: mean over runs of each run's mean step
 time; wait-all as a horizontal line). Prints that table, then per (lr, coding, s, orderer) the
 last epoch's metric (mean, min and max over seeds) and the mean simulated time at which the
@@ -17,7 +19,10 @@ metric first reaches ``--target`` (default 1e-3; NaN: a seed never reached it).
 
 from __future__ import annotations
 
+import warnings
+
 import h5py
+import matplotlib.lines
 import numpy as np
 
 from analysis import style
@@ -25,9 +30,9 @@ from analysis.convergence import LABELS
 
 SCHEMES = ("wait-all", "ignore-stragglers", "gc-fr", "gc-cr", "pgc-fr", "pgc-cr", "pgc-fr-staggered",
            "pgc-cr-exact")
-SCHEME_COLORS = dict(zip(SCHEMES, ("black", "tab:gray", "tab:blue", "tab:cyan", "tab:red", "tab:orange",
-                                   "tab:purple", "tab:brown")))
-ORDERER_STYLES = ("-", "--", ":", "-.")
+# A palette of its own (Dark2 and greys), so that no scheme shares a colour with an orderer.
+SCHEME_COLORS = dict(zip(SCHEMES, ("black", "#999999", "#1b9e77", "#66a61e", "#d95f02", "#7570b3",
+                                   "#e7298a", "#a6761d")))
 
 
 def step_times(files) -> "pandas.DataFrame":  # noqa: F821
@@ -85,7 +90,10 @@ def finals(df, metric=None, target=1e-3) -> "pandas.DataFrame":  # noqa: F821
         order) if c.name == "coding" else c).reset_index(drop=True)
 
 
-def plot(df, times, out, metric=None, orderers=None, band_kind="minmax"):
+def draw(df, times, metric=None, orderers=None, band_kind="minmax"):
+    """The stragglers figure and the step-time table. Colour = coding scheme, line style and marker
+    = orderer (its style in every figure, analysis.style); one legend for each. The metric panels
+    of one step size (one row) share their y and x ranges: they are compared across s."""
     df = df[df["sim_time"].notna()] if "sim_time" in df else df.iloc[:0]
     if df.empty:
         raise SystemExit("stragglers: no dataset 'sim_time' in the files (runs without a straggler model)")
@@ -100,40 +108,75 @@ def plot(df, times, out, metric=None, orderers=None, band_kind="minmax"):
     y_label, _ = LABELS.get(metric, (metric, 1.0))
     for row, lr in enumerate(rates):
         axes[row * cols + cols - 1].set_visible(row == 0)  # the step-time panel: first row only
+        first = axes[row * cols]
         for ax, s in zip(axes[row * cols:], coded):
+            if ax is not first:
+                ax.sharey(first)
+                ax.sharex(first)
             panel = df[(df.lr == lr) & ((df.coding_s == s) | (df.coding == "wait-all"))].copy()
             panel["label"] = panel.coding + " " + panel.orderer
             for scheme in (c for c in SCHEMES if c in set(panel.coding)):
-                for k, orderer in enumerate(orderers):
+                for orderer in orderers:
                     part = panel[(panel.coding == scheme) & (panel.orderer == orderer)]
                     if part.empty:
                         continue
-                    _, values = next(iter(style.by_seed(part, "epoch", metric).values()))
+                    epochs, values = next(iter(style.by_seed(part, "epoch", metric).values()))
                     _, sim = next(iter(style.by_seed(part, "epoch", "sim_time").values()))
-                    label = scheme if len(orderers) == 1 else f"{scheme}, {orderer}"
-                    style.band(ax, np.nanmean(sim, axis=0), values, label, band_kind,
-                               col=SCHEME_COLORS.get(scheme), linestyle=ORDERER_STYLES[k % len(ORDERER_STYLES)])
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)  # an epoch no run measured
+                        x = np.nanmean(sim, axis=0)
+                    style.band(ax, x, values, orderer, band_kind, col=scheme_color(scheme), epochs=epochs)
             title = f"s = {s}" if s else "no coding"
             if len(rates) > 1:
                 title += f", lr {lr:g} (lr·L = {lr * float(panel.L.iloc[0]):.2g})"
             ax.set_title(title)
             ax.set_xlabel("simulated time (s)")
             ax.set_ylabel(y_label)
-            style.log_if_positive(ax, panel[metric])
+            style.log_if_positive(ax, df.loc[df.lr == lr, metric])
     ax = axes[cols - 1]
     summary = table(times)
+    schemes = [c for c in SCHEMES if c in set(summary.coding) | set(df.coding)]
     for scheme in (c for c in SCHEMES if c in set(summary.coding)):
         rows = summary[summary.coding == scheme]
         if scheme == "wait-all":
-            ax.axhline(rows["mean"].mean(), color=SCHEME_COLORS[scheme], linestyle="--", label=scheme)
+            ax.axhline(rows["mean"].mean(), color=scheme_color(scheme), lw=1)
             continue
         ax.errorbar(rows.coding_s, rows["mean"], yerr=[rows["mean"] - rows["min"], rows["max"] - rows["mean"]],
-                    color=SCHEME_COLORS.get(scheme), marker="o", markersize=3, capsize=2, label=scheme)
+                    color=scheme_color(scheme), marker="o", markersize=3, capsize=2)
     ax.set_xlabel("stragglers tolerated $s$")
     ax.set_ylabel("simulated time per step (s)")
+    ax.set_title("mean over runs, bars: min–max")
     ax.set_xticks(coded)
-    style.legend(axes[0], band_kind, figure_level=True)
     fig.tight_layout()
+    scheme_handles = [matplotlib.lines.Line2D([], [], color=scheme_color(c), label=c) for c in schemes]
+    fig.legend(handles=scheme_handles, title="colour: coding scheme (wait-all: a line in the step-time panel)",
+               title_fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=min(len(schemes), 4),
+               frameon=False)
+    orderer_handles = [matplotlib.lines.Line2D([], [], label=o, **{**style.orderer_style(o), "color": "black"})
+                       for o in orderers]
+    fig.legend(handles=orderer_handles, title="line style and marker: orderer; " + style.BAND_TEXT[band_kind],
+               title_fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    style.caption(fig, df, exclude=("lr", "coding", "coding_s"), extra=_straggler_text(df))
+    return fig, summary
+
+
+def _straggler_text(df) -> str:
+    """The straggler model and its parameters, when the runs share them."""
+    if "straggler_model" not in df or df.straggler_model.nunique() != 1:
+        return ""
+    text = f"stragglers: {df.straggler_model.iloc[0]}"
+    if "straggler_params" in df and df.straggler_params.nunique() == 1:
+        text += f" {df.straggler_params.iloc[0]}"
+    return text
+
+
+def scheme_color(scheme: str):
+    """The colour of a coding scheme (none of them an orderer's colour, analysis.style.COLORS)."""
+    return SCHEME_COLORS.get(scheme) or style.shade(style.color(scheme), 0.5)
+
+
+def plot(df, times, out, metric=None, orderers=None, band_kind="minmax"):
+    fig, summary = draw(df, times, metric, orderers, band_kind)
     return style.save(fig, out, "stragglers"), summary
 
 

@@ -1,8 +1,23 @@
 """Shared plotting style and command-line plumbing for the analysis scripts.
 
-Every figure: Agg backend, serif fonts sized for a two-column paper, one colour per orderer (the same
-in every figure), a mean line over seeds with a shaded band (min-max by default, or mean +- one
-standard deviation with ``--band std``), written as PNG (300 dpi) and PDF.
+Every figure: Agg backend, serif fonts sized for a two-column paper, one colour, marker and line
+style per orderer (the same in every figure: ``orderer_style``), a mean line over seeds with a
+shaded band (min-max by default, or mean +- one standard deviation with ``--band std``), written as
+PNG (300 dpi) and PDF.
+
+For a new figure script (the API the scripts here use):
+
+    fig, axes = style.figure(panels)
+    variants = style.Variants(df)                 # the configurations (m, n, b, lr, ...) that vary
+    for orderer, config, epochs, values in variants.series(df, "suboptimality"):
+        style.band(ax, epochs, values, orderer, col=variants.color(orderer, config))
+    style.orderer_legend(fig, variants.orderers, band_kind)   # one entry per orderer
+    variants.colorbar(fig)                         # the varying configuration, as a shade scale
+    style.caption(fig, df, exclude=variants.columns)          # problem, m, n, b, step against L
+    style.save(fig, out, "name")
+
+``band`` draws a point only at an x where every run (seed) of the line was measured, with the
+orderer's marker, and breaks the line where measurements are missing (docs/analysis.md).
 """
 
 from __future__ import annotations
@@ -15,6 +30,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.cm  # noqa: E402
+import matplotlib.colors  # noqa: E402
+import matplotlib.lines  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
@@ -36,12 +54,22 @@ RC = {
     "savefig.bbox": "tight",
     "pdf.fonttype": 42,
 }
-# One colour per orderer, the same in every figure; variants of a configuration get line styles.
+# One colour per orderer, the same in every figure; a name not listed gets a colour derived from
+# the name alone (``orderer_style``), so an orderer registered later is stable across figures too.
 COLORS = {"rr": "tab:blue", "so": "tab:cyan", "flipflop": "tab:purple", "wr": "tab:gray",
           "grab": "tab:green", "pair-grab": "tab:olive", "d-grab": "tab:orange",
-          "d-grab-pair": "tab:brown", "cd-grab": "tab:red", "greedy": "tab:pink"}
+          "d-grab-pair": "tab:brown", "cd-grab": "tab:red", "greedy": "tab:pink",
+          "ig": "#000080", "recursive-pair": "#006400", "kh-sgd": "#daa520", "cd-kh": "#8b008b",
+          "sbw": "#008080"}
 ORDER = tuple(COLORS)
-_SPARE = ("black", "darkgoldenrod", "navy", "teal", "indigo", "darkolivegreen")
+# Other names for a listed orderer: rr with m > 1 is what the papers call D-RR.
+ALIASES = {"d-rr": "rr"}
+# Marker and line style per orderer: random-order baselines dashed, the balancing orderers solid.
+MARKERS = {"rr": "o", "so": "v", "flipflop": "<", "wr": "x", "ig": ">", "grab": "s", "pair-grab": "D",
+           "recursive-pair": "d", "d-grab": "^", "d-grab-pair": "P", "cd-grab": "*", "greedy": "X",
+           "kh-sgd": "h", "cd-kh": "H", "sbw": "p"}
+ORDERER_LINESTYLES = {name: "--" for name in ("rr", "so", "flipflop", "wr", "ig")}
+_SPARE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 1)), (0, (6, 2)))
 BAND_TEXT = {"minmax": "line: mean over seeds, band: min–max", "std": "line: mean over seeds, band: ±1 std"}
 # Configuration columns that tell runs apart besides the orderer, with their short names in labels.
@@ -49,10 +77,39 @@ CONFIG = {"problem": "", "data": "", "workers": "m", "examples_per_worker": "n",
           "coding": "", "coding_s": "s"}
 
 
+def orderer_of(label: str) -> str:
+    """The orderer a label starts with ("cd-grab (m=8)" -> "cd-grab"), aliases resolved."""
+    base = label.split(" ")[0]
+    return ALIASES.get(base, base)
+
+
+def _derived_color(name: str) -> str:
+    """A colour from the name alone (stable across runs and processes, unlike hash()): a hue from
+    its digest at a saturation and lightness that read on white."""
+    import colorsys
+    import hashlib
+
+    digest = hashlib.sha256(name.encode()).digest()
+    hue = int.from_bytes(digest[:4], "big") / 2**32
+    r, g, b = colorsys.hls_to_rgb(hue, 0.4 + 0.1 * digest[4] / 255, 0.65 + 0.3 * digest[5] / 255)
+    return matplotlib.colors.to_hex((r, g, b))
+
+
+def orderer_style(label: str) -> dict:
+    """``color``, ``marker`` and ``linestyle`` of the orderer a label starts with: the same in every
+    figure (fixed for the names in COLORS, derived from the name for others)."""
+    base = orderer_of(label)
+    if base in COLORS:
+        return dict(color=COLORS[base], marker=MARKERS[base], linestyle=ORDERER_LINESTYLES.get(base, "-"))
+    import zlib
+
+    return dict(color=_derived_color(base), marker=_SPARE_MARKERS[zlib.crc32(base.encode()) % len(_SPARE_MARKERS)],
+                linestyle="-")
+
+
 def color(label: str):
     """The colour of the orderer a label starts with (the same in every figure)."""
-    base = label.split(" ")[0]
-    return COLORS.get(base) or _SPARE[sum(map(ord, base)) % len(_SPARE)]
+    return orderer_style(label)["color"]
 
 
 def linestyle(label: str, labels) -> object:
@@ -63,7 +120,8 @@ def linestyle(label: str, labels) -> object:
 
 
 def orderer_key(name: str):
-    base = name.split(" ")[0]
+    """Sort key: the orderers in COLORS order, then other names alphabetically."""
+    base = orderer_of(name)
     return (ORDER.index(base) if base in ORDER else len(ORDER), name)
 
 
@@ -79,14 +137,37 @@ def figure(panels: int, cols: int | None = None, width: float = 3.3, height: flo
     return fig, list(axes[:panels])
 
 
-def band(ax, x, values, label: str, kind: str = "minmax", col=None, labels=(), **line):
-    """Mean line over the rows of ``values`` (seeds x points; NaN ignored) and a shaded band.
+def _regular_breaks(epochs) -> np.ndarray:
+    """Indices i after which a line through ``epochs`` must break: the step from epoch i to the next
+    is larger than the most common step between them (an epoch in between was not measured; the
+    shorter last step of ``measure_every`` is not a gap)."""
+    e = np.asarray(epochs, dtype=float)
+    if e.size < 3:
+        return np.array([], dtype=int)
+    steps = np.diff(e)
+    values, counts = np.unique(steps, return_counts=True)
+    return np.flatnonzero(steps > values[counts.argmax()])
 
-    kind: "minmax" (band from min to max over seeds) or "std" (mean +- one standard deviation).
-    labels: every label of the axes, so that configuration variants of one orderer get line styles.
+
+def band(ax, x, values, label: str, kind: str = "minmax", col=None, labels=(), epochs=None, **line):
+    """Mean line over the rows of ``values`` (runs x points) and a shaded band over the runs.
+
+    kind: "minmax" (band from min to max over runs) or "std" (mean +- one standard deviation).
+    Unmeasured points are not drawn as if measured: the mean is drawn only where every run has a
+    finite value (a killed or diverged run, or one measured at other epochs, would shift it),
+    points that only some runs have are open markers, not joined, and with ``epochs`` (the epoch
+    of each column) the line breaks where an epoch of the measurement grid is missing. Markers (the
+    orderer's) sit on measured points only: every point when some epochs were not measured or
+    there are few points, else every k-th.
+    labels: every label of the axes; configuration variants of one orderer then get line styles
+    (the scripts here shade them instead: ``Variants``).
     """
     values = np.atleast_2d(np.asarray(values, dtype=float)).copy()
     values[~np.isfinite(values)] = np.nan  # a diverged run: inf or NaN losses
+    x = np.asarray(x, dtype=float)
+    measured = np.isfinite(values).sum(axis=0)
+    full = (measured == values.shape[0]) & np.isfinite(x)
+    partial = (measured > 0) & ~full & np.isfinite(x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
         mean = np.nanmean(values, axis=0)
@@ -95,12 +176,184 @@ def band(ax, x, values, label: str, kind: str = "minmax", col=None, labels=(), *
             lo, hi = mean - sd, mean + sd
         else:
             lo, hi = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
-    col = col if col is not None else color(label)
-    line.setdefault("linestyle", linestyle(label, labels))
-    ax.plot(x, mean, label=label, color=col, **line)
+    own = orderer_style(label)
+    col = col if col is not None else own["color"]
+    if labels and sum(orderer_of(lab) == orderer_of(label) for lab in labels) > 1:
+        line.setdefault("linestyle", linestyle(label, labels))
+    line.setdefault("linestyle", own["linestyle"])
+    line.setdefault("marker", own["marker"])
+    line.setdefault("ms", 3)
+    order = np.flatnonzero(full)
+    xs, ys, lows, highs = (a[order] for a in (x, mean, lo, hi))
+    if epochs is not None and order.size:
+        cut = _regular_breaks(np.asarray(epochs, dtype=float)[order]) + 1
+        xs, ys, lows, highs = (np.insert(a, cut, np.nan) for a in (xs, ys, lows, highs))
+    every_epoch = epochs is not None and order.size > 1 and np.all(np.diff(np.asarray(epochs)[order]) == 1)
+    if every_epoch and order.size > 20 and "markevery" not in line:
+        line["markevery"] = max(1, order.size // 10)
+    drawn = ax.plot(xs, ys, label=label, color=col, **line)[0]
+    drawn.set_gid("orderer-line")
+    if partial.any():
+        ax.plot(x[partial], mean[partial], linestyle="none", marker=line["marker"], ms=line["ms"], mfc="white",
+                color=col, gid="partial-mean")
     if values.shape[0] > 1:
-        ax.fill_between(x, lo, hi, color=col, alpha=0.2, linewidth=0)
-    return mean
+        ax.fill_between(xs, lows, highs, color=col, alpha=0.2, linewidth=0)
+    return np.where(full, mean, np.nan)
+
+
+def shade(col, position: float):
+    """``col`` at a lightness for a configuration's position in [0, 1] (0 light, 1 dark), its hue and
+    saturation kept: the variants of one orderer are shades of its colour."""
+    import colorsys
+
+    r, g, b = matplotlib.colors.to_rgb(col)
+    h, _, s = colorsys.rgb_to_hls(r, g, b)
+    return colorsys.hls_to_rgb(h, SHADE_LIGHT + (SHADE_DARK - SHADE_LIGHT) * position, max(s, 0.35 if s else 0))
+
+
+SHADE_LIGHT, SHADE_DARK = 0.72, 0.3
+# A configuration column's name in a colour bar.
+CONFIG_NAMES = {"problem": "problem", "data": "data", "workers": "workers $m$",
+                "examples_per_worker": "examples per worker $n$", "batch": "batch $b$", "lr": "lr",
+                "coding": "coding", "coding_s": "stragglers tolerated $s$"}
+
+
+class Variants:
+    """The configurations that tell runs apart besides the orderer (the CONFIG columns that vary,
+    except ``exclude``): each one a shade of every orderer's colour, explained by one grey scale
+    (``colorbar``), so that a legend has one entry per orderer however many files there are.
+
+    ``columns``: the varying columns; ``configs``: their value tuples, sorted; ``orderers``: sorted
+    by ``orderer_key``.
+    """
+
+    def __init__(self, df, exclude=()):
+        self.columns = [c for c in CONFIG if c in df and c not in exclude and df[c].nunique(dropna=False) > 1]
+        self.configs = (sorted(set(df[self.columns].itertuples(index=False, name=None)), key=_sort_key)
+                        if self.columns else [()])
+        self.orderers = sorted(df.orderer.unique(), key=orderer_key) if len(df) else []
+
+    def position(self, config) -> float:
+        k = len(self.configs)
+        return self.configs.index(tuple(config)) / (k - 1) if k > 1 else 1.0
+
+    def color(self, orderer: str, config=()):
+        """The orderer's colour, shaded by the configuration when several are drawn."""
+        base = color(orderer)
+        return base if len(self.configs) < 2 else shade(base, self.position(config))
+
+    def text(self, config) -> str:
+        """"m=8, n=56" for a configuration tuple."""
+        return ", ".join(f"{CONFIG[c]}={v:g}" if CONFIG[c] and isinstance(v, (int, float, np.number))
+                         else f"{CONFIG[c]}={v}" if CONFIG[c] else str(v) for c, v in zip(self.columns, config))
+
+    def series(self, df, y: str, x: str = "epoch"):
+        """(orderer, config, x values, runs x points array of y) per line, a run being one (file, seed),
+        aligned on x with NaN where a run lacks a point; in orderer order, then configuration order."""
+        out = []
+        for (orderer, *config), g in df.groupby(["orderer", *self.columns], sort=False, dropna=False):
+            table = g.pivot_table(index=["file", "seed"], columns=x, values=y, aggfunc="mean", dropna=False)
+            out.append((orderer, tuple(config), table.columns.to_numpy(dtype=float), table.to_numpy(dtype=float)))
+        return sorted(out, key=lambda item: (orderer_key(item[0]), self.configs.index(item[1])))
+
+    def colorbar(self, fig, axes=None):
+        """A discrete grey scale at the right of ``axes`` (default: every visible axes), one step per
+        configuration, labelled with its values; nothing when only one configuration is drawn."""
+        if len(self.configs) < 2:
+            return None
+        axes = [ax for ax in (axes or fig.axes) if ax.get_visible()]
+        k = len(self.configs)
+        grays = [shade("tab:gray", self.position(c)) for c in self.configs]
+        sm = matplotlib.cm.ScalarMappable(norm=matplotlib.colors.BoundaryNorm(np.arange(k + 1) - 0.5, k),
+                                          cmap=matplotlib.colors.ListedColormap(grays))
+        boxes = [ax.get_position() for ax in axes]
+        right, bottom, top = max(b.x1 for b in boxes), min(b.y0 for b in boxes), max(b.y1 for b in boxes)
+        cax = fig.add_axes([right + 0.012, bottom, 0.01, top - bottom], label="<colorbar>")
+        bar = fig.colorbar(sm, cax=cax, ticks=np.arange(k))
+        if len(self.columns) == 1:
+            bar.set_ticklabels([f"{c[0]:g}" if isinstance(c[0], (int, float, np.number)) else str(c[0])
+                                for c in self.configs])
+            bar.set_label(f"{CONFIG_NAMES.get(self.columns[0], self.columns[0])} (shade of each orderer's colour)",
+                          fontsize=7)
+        else:
+            bar.set_ticklabels([self.text(c) for c in self.configs])
+            bar.set_label("configuration (shade of each orderer's colour)", fontsize=7)
+        bar.ax.tick_params(labelsize=6)
+        return bar
+
+
+def _sort_key(config):
+    return tuple((0, v, "") if isinstance(v, (int, float, np.number)) else (1, 0, str(v)) for v in config)
+
+
+def orderer_legend(fig, orderers, band_kind: str | None = "minmax", ax=None, **kw):
+    """One legend above the figure with one entry per orderer (its colour, marker and line style),
+    then the other labelled lines of ``ax`` (reference curves), titled with what line and band are."""
+    handles = [matplotlib.lines.Line2D([], [], label=o, ms=4, **orderer_style(o)) for o in orderers]
+    if ax is not None:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if getattr(h, "get_gid", lambda: None)() != "orderer-line" and lab not in {x.get_label() for x in handles}:
+                handles.append(h)
+    if not handles:
+        return None
+    title = BAND_TEXT.get(band_kind) if band_kind else None
+    kw.setdefault("ncol", min(len(handles), 6))
+    return fig.legend(handles=handles, title=title, title_fontsize=7, loc="lower center",
+                      bbox_to_anchor=(0.5, 1.0), frameon=False, **kw)
+
+
+def value_text(values, digits: int = 2) -> str:
+    """One value, or "lo–hi" when the runs differ."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return ""
+    lo, hi = (f"{float(f'{x:.{digits}g}'):g}" for x in (v.min(), v.max()))  # 110, not 1.1e+02
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def config_text(df, exclude=(), runs: bool = True) -> str:
+    """The configuration a figure's runs share, for its caption: problem and data, m, n, b (those
+    not in ``exclude``: they vary and are shown otherwise), the step size α (the run's ``step_size``
+    when it has one, else ``lr``, the initial step of a schedule) against the smoothness: α L, and
+    α L n and α L_max n of the PL analyses' regime when the trace has them (docs/trace-format.md),
+    and (``runs``) the runs per line. A quantity that differs between runs is given as a range."""
+    parts = []
+    if len(df) == 0:
+        return ""
+    setting = [str(df[c].iloc[0]) for c in ("problem", "data") if c in df and c not in exclude
+               and df[c].nunique() == 1]
+    if setting:
+        parts.append(" on ".join(setting))
+    sizes = [f"{CONFIG[c]} = {value_text(df[c], 6)}" for c in ("workers", "examples_per_worker", "batch")
+             if c in df and c not in exclude and df[c].notna().any()]
+    if sizes:
+        parts.append(", ".join(sizes))
+    def has(column):
+        return column in df and df[column].notna().any()
+
+    if "lr" not in exclude and (has("step_size") or has("lr")):
+        # step_size: the constant step the run took (the theory schedule ignores lr)
+        step, against = df["step_size" if has("step_size") else "lr"], []
+        if has("L"):
+            against.append(f"α L = {value_text(step * df['L'])}")
+        against += [f"{text} = {value_text(df[c])}" for c, text in (("alpha_L_n", "α L n"),
+                                                                     ("alpha_Lmax_n", "α L_max n")) if has(c)]
+        parts.append(f"step α = {value_text(step, 3)}" + (f" ({', '.join(against)})" if against else ""))
+    if runs and {"file", "seed", "orderer"} <= set(df.columns):
+        line = ["orderer", *(c for c in CONFIG if c in df)]
+        per_line = df.drop_duplicates(["file", "seed", *line]).groupby(line, dropna=False).size()
+        parts.append(f"{value_text(per_line, 6)} runs (file, seed) per line")
+    return "; ".join(parts)
+
+
+def caption(fig, df, exclude=(), extra: str = ""):
+    """``config_text`` (none for ``df`` None) and ``extra`` as a caption line under the figure's axes."""
+    import textwrap
+
+    text = "; ".join(t for t in (config_text(df, exclude) if df is not None else "", extra) if t)
+    text = textwrap.fill(text, width=max(60, int(fig.get_figwidth() * 17)))  # ~17 characters an inch at 7 pt
+    return fig.text(0.5, 0.0, text, ha="center", va="top", fontsize=7, gid="caption")
 
 
 def log_if_positive(ax, values, axis: str = "y"):

@@ -65,3 +65,24 @@ def test_stragglers_script(traces, tmp_path, capsys):
     assert stragglers.main([*traces, "--out", str(tmp_path / "one"), "--orderers", "cd-grab",
                             "--metric", "train_loss", "--dpi", "60"]) == 0
     written(tmp_path / "one", "stragglers")
+
+
+def test_stragglers_figure_has_one_legend_per_meaning_and_shared_ranges(traces):
+    import matplotlib.colors
+    import matplotlib.pyplot as plt
+
+    fig, _ = stragglers.draw(stragglers.style.load(traces), stragglers.step_times(traces))
+    schemes, orderers = ([t.get_text() for t in legend.get_texts()] for legend in fig.legends)
+    assert schemes == [c for c in stragglers.SCHEMES if c not in ("gc-fr", "pgc-fr-staggered")]  # those traced
+    assert orderers == ["rr", "cd-grab"]
+    assert "coding" in fig.legends[0].get_title().get_text() and "orderer" in fig.legends[1].get_title().get_text()
+    # the orderer is the line style and marker it has in every figure; the scheme the colour
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_xlabel() == "simulated time (s)"]
+    assert len(panels) == 3  # s = 1, 2, 3
+    rr = [ln for ax in panels for ln in ax.get_lines() if ln.get_gid() == "orderer-line" and ln.get_label() == "rr"]
+    assert {(ln.get_linestyle(), ln.get_marker()) for ln in rr} == {("--", "o")}
+    assert {matplotlib.colors.to_hex(ln.get_color()) for ln in rr} <= {
+        matplotlib.colors.to_hex(c) for c in stragglers.SCHEME_COLORS.values()}
+    # the panels compared across s share their y and x ranges
+    assert len({ax.get_ylim() for ax in panels}) == 1 and len({ax.get_xlim() for ax in panels}) == 1
+    plt.close(fig)

@@ -1,0 +1,170 @@
+"""What a reader of the figures relies on, asserted on the matplotlib objects (not on pixels): one
+colour per orderer in every figure, one legend entry per orderer however many files, the shared
+configuration in the caption, no point drawn at an epoch that was not measured, references drawn."""
+
+import h5py
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("pandas")
+
+import matplotlib.colors  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+
+from analysis import convergence, herding, herding_sim, scaling, stragglers, style  # noqa: E402
+from analysis.load import load_herding_sim  # noqa: E402
+from test_analysis import herding_sim_file, quiet, write_trace  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def load(files):
+    return quiet(style.load, [str(f) for f in files])
+
+
+def orderer_lines(fig):
+    """{orderer: [Line2D]} of the mean lines ``style.band`` drew."""
+    out = {}
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            if line.get_gid() == "orderer-line":
+                out.setdefault(line.get_label(), []).append(line)
+    return out
+
+
+def legend_labels(legend):
+    return [t.get_text() for t in legend.get_texts()]
+
+
+def caption(fig):
+    return next(t.get_text() for t in fig.texts if t.get_gid() == "caption").replace("\n", " ")
+
+
+def test_every_known_orderer_has_its_own_fixed_style_and_new_names_a_stable_one():
+    known = ("rr", "so", "flipflop", "wr", "ig", "grab", "pair-grab", "recursive-pair", "d-grab", "d-grab-pair",
+             "cd-grab", "greedy", "kh-sgd", "cd-kh", "sbw")
+    colors = [matplotlib.colors.to_hex(style.color(name)) for name in known]
+    assert len(set(colors)) == len(known)
+    assert len({style.orderer_style(name)["marker"] for name in known}) == len(known)
+    assert style.orderer_style("d-rr") == style.orderer_style("rr")  # D-RR is rr with m > 1
+    assert style.color("cd-grab (m=8)") == style.color("cd-grab")
+    # a name registered later: derived from the name alone (a literal, so it cannot drift), distinct
+    assert style.orderer_style("some-new-orderer") == style.orderer_style("some-new-orderer")
+    assert style.color("some-new-orderer") == "#1017e0"
+    assert style.color("some-new-orderer") != style.color("another-new-one")
+    # the stragglers figure colours coding schemes: none of them is an orderer's colour
+    assert not {matplotlib.colors.to_hex(c) for c in stragglers.SCHEME_COLORS.values()} & set(colors)
+
+
+def test_an_orderer_has_the_same_colour_in_every_figure(tmp_path):
+    files = [write_trace(tmp_path / f"n{n}.h5", workers=4, n=n, seeds=(0, 1)) for n in (8, 16, 32)]
+    df = load(files)
+    single = load(files[:1])
+    hs = load_herding_sim([herding_sim_file(tmp_path / "hs.h5")])
+    figures = [*convergence.figures(single).values(), *herding.figures(df).values(), herding_sim.draw(hs),
+               scaling.draw(df)[0]]
+    for fig in figures:
+        drawn = {}
+        for ax in fig.axes:
+            for line in ax.get_lines():
+                if line.get_label() in ("rr", "cd-grab"):
+                    drawn.setdefault(line.get_label(), set()).add(matplotlib.colors.to_hex(line.get_color()))
+        assert drawn.get("rr") == {matplotlib.colors.to_hex("tab:blue")}, fig
+        assert drawn.get("cd-grab") == {matplotlib.colors.to_hex("tab:red")}, fig
+
+
+def test_twelve_files_give_one_legend_entry_per_orderer_and_a_scale_for_the_sweep(tmp_path):
+    files = [write_trace(tmp_path / f"m{m}.h5", workers=m, n=4, epochs=3, seeds=(0,)) for m in range(1, 13)]
+    fig = convergence.figures(load(files), x_axes=["epochs"])["convergence_epochs"]
+    (legend,) = fig.legends
+    assert legend_labels(legend) == ["rr", "cd-grab"]
+    # the 12 values of m are a grey scale with one step each, its ticks the values
+    bar_axes = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    assert len(bar_axes) == 1
+    assert [t.get_text() for t in bar_axes[0].get_yticklabels()] == [str(m) for m in range(1, 13)]
+    # one line per (orderer, m) in each panel, shades of the orderer's hue, darker for larger m
+    lines = orderer_lines(fig)
+    panels = len([ax for ax in fig.axes if ax.get_label() != "<colorbar>"])
+    assert len(lines["cd-grab"]) == 12 * panels
+    first_panel = [ln for ln in lines["cd-grab"] if ln.axes is fig.axes[0]]
+    lightness = [sum(matplotlib.colors.to_rgb(ln.get_color())) for ln in first_panel]
+    assert lightness == sorted(lightness, reverse=True)
+    assert "m = " not in caption(fig) and "n = 4, b = 1" in caption(fig)
+
+
+def test_caption_names_the_configuration_and_the_step_against_L(tmp_path):
+    fig = convergence.figures(load([write_trace(tmp_path / "a.h5")]), x_axes=["epochs"])["convergence_epochs"]
+    text = caption(fig)
+    assert "logreg on synthetic" in text and "m = 4, n = 8, b = 1" in text
+    assert "step α = 0.01 (α L = 0.01)" in text and "3 runs (file, seed) per line" in text
+
+
+def keep_epochs(path, keep):
+    """Rewrite every run's per-epoch datasets of ``path`` to the epochs in ``keep`` (as if measured
+    only there)."""
+    with h5py.File(path, "r+") as f:
+        for orderer in f["runs"]:
+            for run in f["runs"][orderer].values():
+                rows = np.isin(run["epoch"][()], keep)
+                for name in [k for k, v in run.items() if isinstance(v, h5py.Dataset) and v.ndim == 1]:
+                    values = run[name][()][rows]
+                    del run[name]
+                    run.create_dataset(name, data=values, maxshape=(None,), chunks=True)
+
+
+def test_measure_every_draws_markers_at_the_measured_epochs_only(tmp_path):
+    path = write_trace(tmp_path / "every3.h5", epochs=7)
+    keep_epochs(path, [0, 3, 6, 7])  # measure_every = 3: 0, 3, 6, and always the last
+    fig = convergence.figures(load([path]), x_axes=["epochs"])["convergence_epochs"]
+    for lines in orderer_lines(fig).values():
+        for line in lines:
+            assert list(line.get_xdata()) == [0, 3, 6, 7]  # no point in between, no break at 6 -> 7
+            assert line.get_marker() not in (None, "", "None") and line.get_markevery() is None
+
+
+def test_a_killed_seed_does_not_shift_the_mean_and_a_missing_epoch_breaks_the_line(tmp_path):
+    killed = write_trace(tmp_path / "killed.h5", epochs=5, interrupted=("cd-grab", 1))
+    fig = convergence.figures(load([killed]), names=("suboptimality",), x_axes=["epochs"])["convergence_epochs"]
+    (ax,) = [a for a in fig.axes if a.get_label() != "<colorbar>"]
+    (cd,) = orderer_lines(fig)["cd-grab"]
+    x, y = np.asarray(cd.get_xdata(), float), np.asarray(cd.get_ydata(), float)
+    assert list(x[np.isfinite(y)]) == [0, 1, 2]  # the mean over all seeds: only where all were measured
+    partial = [ln for ln in ax.get_lines() if ln.get_gid() == "partial-mean" and ln.get_color() == cd.get_color()]
+    assert len(partial) == 1 and list(partial[0].get_xdata()) == [3, 4, 5]
+    assert partial[0].get_linestyle() == "None" and partial[0].get_markerfacecolor() == "white"
+    (rr,) = orderer_lines(fig)["rr"]
+    assert list(rr.get_xdata()) == [0, 1, 2, 3, 4, 5]
+
+    gap = write_trace(tmp_path / "gap.h5", epochs=6)
+    keep_epochs(gap, [0, 1, 2, 3, 5, 6])  # epoch 4 of every run lost
+    fig = convergence.figures(load([gap]), names=("suboptimality",), x_axes=["epochs"])["convergence_epochs"]
+    for (line,) in orderer_lines(fig).values():
+        x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+        assert np.isnan(x[4]) and np.isnan(y[4])  # the line breaks between 3 and 5 ...
+        assert list(x[np.isfinite(x)]) == [0, 1, 2, 3, 5, 6]  # ... and no point is drawn at 4
+
+
+def test_herding_figures_draw_the_sqrt_n_and_log_n_references(tmp_path):
+    files = [write_trace(tmp_path / f"n{n}.h5", workers=2, n=n, seeds=(0,)) for n in (8, 16, 32)]
+    hs = load_herding_sim([herding_sim_file(tmp_path / "hs.h5")])
+    figs = [*herding.figures(load(files)).values(), herding_sim.draw(hs)]
+    assert len(figs) == 3
+    for fig in figs:
+        legend_text = legend_labels(fig.legends[0])
+        assert legend_text[:2] == ["rr", "cd-grab"] or "d-grab" in legend_text
+        assert set(herding.REFERENCE_LABELS) <= set(legend_text)
+        for ax in fig.axes:
+            styles = {ln.get_linestyle() for ln in ax.get_lines() if ln.get_color() == "k"}
+            assert {"--", ":"} <= styles, fig
+    # herding-sim panel m = 2, n = 32: the dashed level is the round-0 herding, the dotted c log n
+    ax = figs[2].axes[0]
+    dashed, dotted = ([ln for ln in ax.get_lines() if ln.get_color() == "k" and ln.get_linestyle() == s][0]
+                      for s in ("--", ":"))
+    h0 = hs[(hs.workers == 2) & (hs["round"] == 0)].herding.mean()
+    assert dashed.get_ydata()[0] == pytest.approx(h0)
+    assert dotted.get_ydata()[0] == pytest.approx(h0 / np.sqrt(32) * np.log(32))
