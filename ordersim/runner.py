@@ -12,6 +12,7 @@ from ordersim.backend import (INSTALL_MPI, MPIBackend, MPIUnavailable, SerialBac
 from ordersim.checkpoint import EXIT_CHECKPOINTED, CheckpointError, checkpoint_path, stop_request
 from ordersim.checkpoint import load as load_checkpoint
 from ordersim.cli import commands_help
+from ordersim.compile_notice import compile_notice
 from ordersim.config import ConfigError, add_arguments, build_config, overrides_from_args
 from ordersim.output import OutputLock, input_files, same_file
 from ordersim.stall import EXIT_STALLED, SIGNAL_GRACE_SECONDS
@@ -144,7 +145,9 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
             return 0
         stop_at_phase_boundary(backend, stop, "checking the config and the output")
         state = broadcast_resume(backend, state)
-        setup = prepare(config, backend, stop)
+        with compile_notice(f"the kernels of {config.problem} (for its constants)",
+                            rank == 0 and not config.quiet):
+            setup = prepare(config, backend, stop)
     except ConfigError as err:
         if rank == 0:
             print(f"ordersim: error: {err}", file=sys.stderr, flush=True)
