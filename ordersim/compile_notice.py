@@ -58,8 +58,8 @@ class CompileTimer(event.Listener):
             parts.append(f"{cached:.1f} s for kernels now cached on disk (first run on this machine "
                          f"or after a code change; cached after)")
         if per_process:
-            parts.append(f"{per_process:.1f} s for the step loops, which every process compiles "
-                         f"(they take the problem's kernel as an argument: Numba cannot cache them)")
+            parts.append(f"{per_process:.1f} s for kernels Numba cannot cache, compiled in every "
+                         f"process (the step loops: they take the problem's kernel as an argument)")
         return f"ordersim: compiled {self.what} in {cached + per_process:.1f} s: " + "; ".join(parts)
 
 
