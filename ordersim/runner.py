@@ -12,7 +12,6 @@ from ordersim.backend import (INSTALL_MPI, MPIBackend, MPIUnavailable, SerialBac
 from ordersim.checkpoint import EXIT_CHECKPOINTED, CheckpointError, checkpoint_path, stop_request
 from ordersim.checkpoint import load as load_checkpoint
 from ordersim.cli import commands_help
-from ordersim.compile_notice import compile_notice
 from ordersim.config import ConfigError, add_arguments, build_config, overrides_from_args
 from ordersim.output import OutputLock, input_files, same_file
 from ordersim.stall import EXIT_STALLED, SIGNAL_GRACE_SECONDS
@@ -125,6 +124,7 @@ def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
 
 def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cell | None,
                lock: OutputLock) -> int:
+    from ordersim.compile_notice import compile_notice
     from ordersim.simulate import (Checkpointed, StoppedInSetup, check_fields, check_output,
                                    default_out_path, prepare, run_experiment,
                                    stop_at_phase_boundary, summary_table)

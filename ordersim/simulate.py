@@ -526,16 +526,33 @@ class Run:
         return float(peaks[0]), float(peaks[1])
 
 
+# Examples per worker of the warm-up's epoch (at least two steps): Numba compiles for argument
+# types, not sizes, so a slice of every shard compiles all a whole epoch would.
+WARM_UP_EXAMPLES = 16
+
+
+def warm_up_slice(setup: Setup) -> Setup:
+    """The set-up with every worker's shard cut to its first WARM_UP_EXAMPLES (or 2 b) examples."""
+    n = min(setup.n, max(WARM_UP_EXAMPLES, 2 * setup.config.batch))
+    if n == setup.n:
+        return setup
+    local = setup.A.shape[0] // setup.n
+    A = aligned.on_cache_line(setup.A.reshape(local, setup.n, -1)[:, :n].reshape(local * n, -1))
+    y = np.ascontiguousarray(setup.y.reshape(local, setup.n)[:, :n].reshape(-1))
+    return replace(setup, A=A, y=y, n=n, shards=setup.shards[:, :n])
+
+
 def warm_up(setup: Setup, orderer_name: str, seed: int) -> float:
     """Compile what a run of this orderer calls before its clock starts; the seconds it took.
 
-    A throwaway Run trains one epoch (step size 0) and measures once, so that Numba compiles the
-    step loops, the orderer's kernels and the measurement for these argument types here and not in
-    the first timed epoch. Collective under MPI (every rank warms up alike); it touches no state of
-    the real run (its own model, orderer and clock).
+    A throwaway Run trains one epoch (step size 0) on a slice of every worker's shard
+    (warm_up_slice) and measures once, so that Numba compiles the step loops, the orderer's
+    kernels and the measurement for these argument types here and not in the first timed epoch.
+    Collective under MPI (every rank warms up alike); it touches no state of the real run (its
+    own model, orderer and clock).
     """
     start = time.perf_counter()
-    scratch = Run(setup, orderer_name, seed)
+    scratch = Run(warm_up_slice(setup), orderer_name, seed)
     scratch.train_epoch(1, 0.0)
     scratch.measure(1)
     return time.perf_counter() - start
