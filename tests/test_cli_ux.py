@@ -178,3 +178,20 @@ def test_to_xarray_gives_the_settings_orderer_seed_epoch_cube(sweep_traces):
                                   arrays["train_loss"])
     with pytest.raises(ValueError, match="is in more than one file"):
         analysis.to_xarray([files[0], files[0]])
+
+
+def test_the_warm_up_trains_on_the_first_examples_of_every_shard():
+    from ordersim.backend import SerialBackend
+    from ordersim.simulate import WARM_UP_EXAMPLES, check_fields, prepare, warm_up_slice
+
+    config = check_fields(Config(data="synthetic:regression?n=200&d=3", problem="least-squares",
+                                 problem_options={}, test_fraction=0.0, workers=2, batch=1), 1)
+    setup = prepare(config, SerialBackend(2))
+    part = warm_up_slice(setup)
+    assert (setup.n, part.n) == (100, WARM_UP_EXAMPLES)
+    for w in range(2):
+        rows = slice(w * setup.n, w * setup.n + WARM_UP_EXAMPLES)
+        np.testing.assert_array_equal(part.A[w * part.n:(w + 1) * part.n], setup.A[rows])
+        np.testing.assert_array_equal(part.y[w * part.n:(w + 1) * part.n], setup.y[rows])
+    np.testing.assert_array_equal(part.shards, setup.shards[:, :WARM_UP_EXAMPLES])
+    assert part.A.flags.c_contiguous and part.A.ctypes.data % 64 == 0
