@@ -168,6 +168,9 @@ def dry_run(runs: list, config_path: str | None, flags: dict, comm, size: int, r
     for position, (values, cell) in enumerate(runs):
         built = build_config(values)
         config = check_fields(built, size)
+        if config.backend == "mpi" and comm is None:
+            raise ConfigError("config field 'backend': 'mpi' needs an MPI library and mpi4py cannot "
+                              "load one; use --backend serial")
         backend = (MPIBackend(config.workers, comm, config.exchange, config.stall_timeout)
                    if config.backend == "mpi" else SerialBackend(config.workers))
         try:
