@@ -6,10 +6,13 @@
 
 Loaders: ``load_runs`` (tidy pandas table), ``load_run_arrays`` (NumPy arrays per run),
 ``load_orders`` (the recorded (T, m, n) visit orders), ``load_shards``, ``load_herding_sim`` (files
-of ``python -m ordersim herding-sim``). Command-line figures:
+of ``python -m ordersim herding-sim``), ``to_xarray`` (an xarray.Dataset over the swept settings,
+orderer, seed and epoch; the `xarray` extra). Command-line figures:
 ``python -m analysis.convergence | herding | scaling | herding_sim | fit FILE.h5 ... --out DIR``.
 """
 
 from analysis.load import TraceWarning, load_herding_sim, load_orders, load_run_arrays, load_runs, load_shards
+from analysis.xarray_view import to_xarray
 
-__all__ = ["TraceWarning", "load_herding_sim", "load_orders", "load_run_arrays", "load_runs", "load_shards"]
+__all__ = ["TraceWarning", "load_herding_sim", "load_orders", "load_run_arrays", "load_runs", "load_shards",
+           "to_xarray"]

@@ -41,6 +41,34 @@ RUN_COLUMNS = ("orderer", "seed", "workers", "examples_per_worker", "batch", "lr
                "epochs_completed", "f_star", "L", "L_max", "mu", "sigma2_star", "zeta2_star")
 
 
+# Config fields that say where or how a job ran, not what it computed: never a setting that tells
+# files apart (orderers and seeds are per-run columns already).
+NOT_SETTINGS = ("orderers", "seeds", "out", "overwrite", "quiet", "cache_dir", "hdf5_locking",
+                "checkpoint_every", "exchange", "stall_timeout")
+
+
+def _config(file_attrs: dict) -> dict:
+    try:
+        config = json.loads(file_attrs.get("config", "{}"))
+    except (ValueError, TypeError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def setting_value(value):
+    """A config value as one table cell: tables and lists as sorted JSON text."""
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
+
+
+def varying_settings(configs) -> list[str]:
+    """The config fields (in the config's order) whose values differ among `configs` (parsed
+    configs, one per file), except NOT_SETTINGS."""
+    configs = list(configs)
+    names = list(dict.fromkeys(name for config in configs for name in config))
+    return [name for name in names if name not in NOT_SETTINGS
+            and len({json.dumps(config.get(name), sort_keys=True) for config in configs}) > 1]
+
+
 def code_label(attrs: dict) -> str:
     """The code state that wrote a file, from its root attributes: '0.1.0 @ 1a2b3c4d5e6f', with
     ' (dirty, diff <hash>)' for an uncommitted tree; older traces say what they did not record."""
@@ -200,8 +228,11 @@ def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
 
     Columns: ``file``, the root attributes in FILE_COLUMNS, the run attributes (orderer, seed,
     workers, examples_per_worker, batch, lr, status, epochs_completed, f_star, ... and any other),
-    ``interrupted`` (bool), then every per-epoch dataset found in any run (NaN where a run lacks it).
-    ``df.attrs["notes"]`` lists what was missing or incomplete; each note is also a TraceWarning.
+    ``interrupted`` (bool), every config field whose value differs among the files (e.g.
+    ``momentum``, ``schedule``, ``partition`` of a sweep's cells; tables and lists as JSON text; the
+    names in ``df.attrs["settings"]``, except NOT_SETTINGS), then every per-epoch dataset found in
+    any run (NaN where a run lacks it). ``df.attrs["notes"]`` lists what was missing or incomplete;
+    each note is also a TraceWarning.
     """
     import pandas as pd
 
@@ -210,14 +241,13 @@ def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
     notes = _Notes()
     frames = []
     states: dict[str, list[str]] = {}
+    configs: dict[str, dict] = {}
     for path in paths:
         file_attrs, runs = _read_file(path, notes)
         label = code_label(file_attrs)
         states.setdefault(label, []).append(str(path))
-        try:
-            data_seed = json.loads(file_attrs.get("config", "{}")).get("data_seed")
-        except (ValueError, AttributeError):
-            data_seed = None
+        configs[str(path)] = _config(file_attrs)
+        data_seed = configs[str(path)].get("data_seed")
         for arrays in runs.values():
             columns = {"file": str(path)}
             columns.update({k: file_attrs.get(k) for k in FILE_COLUMNS})
@@ -234,8 +264,15 @@ def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
     for name in PER_EPOCH:
         if name not in df:
             df[name] = np.nan
+    settings = varying_settings(configs.values())
+    at = df.columns.get_loc("data_seed") + 1 if "data_seed" in df else len(df.columns)
+    for name in settings:
+        if name not in df:  # lr, batch, workers: run attributes already
+            df.insert(at, name, df["file"].map(lambda path: setting_value(configs[path].get(name))))
+            at += 1
     _note_code_states(states, notes)
     df.attrs["code_states"] = states
+    df.attrs["settings"] = settings
     df.attrs["notes"] = notes.emit()
     return df
 
@@ -308,5 +345,6 @@ def load_shards(path) -> np.ndarray:
         return f["shards"][()]
 
 
-__all__ = ["ALWAYS_WRITTEN", "CONDITIONAL", "PER_EPOCH", "TraceWarning", "code_label", "load_herding_sim",
-           "load_orders", "load_run_arrays", "load_runs", "load_shards"]
+__all__ = ["ALWAYS_WRITTEN", "CONDITIONAL", "NOT_SETTINGS", "PER_EPOCH", "TraceWarning", "code_label",
+           "load_herding_sim", "load_orders", "load_run_arrays", "load_runs", "load_shards",
+           "setting_value", "varying_settings"]

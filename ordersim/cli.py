@@ -11,6 +11,8 @@ COMMANDS = {
     "merge": ("ordersim.sweep", "merge_main", "join trace files (a sweep's cells) into one tidy table"),
     "herding-sim": ("ordersim.herding_sim", "main",
                     "the CD-GraB paper's random-vector parallel-herding experiment"),
+    "warm": ("ordersim.warm", "main",
+             "compile and cache a config's kernels ahead of a job (e.g. in a Slurm prologue)"),
     "orderers": ("ordersim.listing", "orderers", "list the orderers with a one-line description"),
     "problems": ("ordersim.listing", "problems", "list the problems with a one-line description"),
 }

@@ -62,6 +62,14 @@ def parser() -> argparse.ArgumentParser:
                         "checkpoint with a valid checksum (never a pickle) and hold the run state "
                         "this ordersim has; else one line says what does not fit (exit 2) and "
                         "nothing is changed")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what the run would do and exit 0 without training: every config "
+                        "field's resolved value and where it came from (default, file, flag, sweep), "
+                        "the runs (orderers x seeds x sweep cells), the memory each rank needs and "
+                        "the problem's constants with the PL analyses' regime numbers. It does the "
+                        "run's set-up (reads the data, computes the constants or reads them from "
+                        "their cache) but writes no trace, checkpoint or lock; under mpiexec rank 0 "
+                        "prints, every rank exits 0")
     add_arguments(p)
     return p
 
@@ -88,6 +96,15 @@ def _main(args, comm, size) -> int:
         if rank == 0:
             print(f"ordersim: error: {err}", file=sys.stderr, flush=True)
         return 2
+    if args.dry_run:
+        from ordersim.dry_run import dry_run
+
+        try:
+            return dry_run(runs, args.config, flags, comm, size, rank)
+        except ConfigError as err:
+            if rank == 0:
+                print(f"ordersim: error: {err}", file=sys.stderr, flush=True)
+            return 2
     for values, cell in runs:  # one run, or every cell of a sweep in turn
         status = run_config(values, args.resume, comm, size, rank, cell)
         if status:
@@ -107,6 +124,7 @@ def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
 
 def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cell | None,
                lock: OutputLock) -> int:
+    from ordersim.compile_notice import compile_notice
     from ordersim.simulate import (Checkpointed, StoppedInSetup, check_fields, check_output,
                                    default_out_path, prepare, run_experiment,
                                    stop_at_phase_boundary, summary_table)
@@ -144,7 +162,9 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
             return 0
         stop_at_phase_boundary(backend, stop, "checking the config and the output")
         state = broadcast_resume(backend, state)
-        setup = prepare(config, backend, stop)
+        with compile_notice(f"the kernels of {config.problem} (for its constants)",
+                            rank == 0 and not config.quiet):
+            setup = prepare(config, backend, stop)
     except ConfigError as err:
         if rank == 0:
             print(f"ordersim: error: {err}", file=sys.stderr, flush=True)

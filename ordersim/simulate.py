@@ -23,6 +23,7 @@ from ordersim.backend import SerialBackend
 from ordersim.checkpoint import (CheckpointError, StopRequest, checkpoint_path, discard, layout_mismatch,
                                  new_run_id, normalized, remove_temporaries)
 from ordersim.checkpoint import save as save_checkpoint
+from ordersim.compile_notice import compile_notice
 from ordersim.config import (BACKENDS, EXCHANGES, PARTITIONS, REMAINDERS, SCHEDULES, Config, ConfigError)
 from ordersim.orderers import available_orderers, make_orderer, orderer_class
 from ordersim.orderers.base import FIRST_ORDERS, SIGNS, TIES, default_walk_c
@@ -525,16 +526,33 @@ class Run:
         return float(peaks[0]), float(peaks[1])
 
 
+# Examples per worker of the warm-up's epoch (at least two steps): Numba compiles for argument
+# types, not sizes, so a slice of every shard compiles all a whole epoch would.
+WARM_UP_EXAMPLES = 16
+
+
+def warm_up_slice(setup: Setup) -> Setup:
+    """The set-up with every worker's shard cut to its first WARM_UP_EXAMPLES (or 2 b) examples."""
+    n = min(setup.n, max(WARM_UP_EXAMPLES, 2 * setup.config.batch))
+    if n == setup.n:
+        return setup
+    local = setup.A.shape[0] // setup.n
+    A = aligned.on_cache_line(setup.A.reshape(local, setup.n, -1)[:, :n].reshape(local * n, -1))
+    y = np.ascontiguousarray(setup.y.reshape(local, setup.n)[:, :n].reshape(-1))
+    return replace(setup, A=A, y=y, n=n, shards=setup.shards[:, :n])
+
+
 def warm_up(setup: Setup, orderer_name: str, seed: int) -> float:
     """Compile what a run of this orderer calls before its clock starts; the seconds it took.
 
-    A throwaway Run trains one epoch (step size 0) and measures once, so that Numba compiles the
-    step loops, the orderer's kernels and the measurement for these argument types here and not in
-    the first timed epoch. Collective under MPI (every rank warms up alike); it touches no state of
-    the real run (its own model, orderer and clock).
+    A throwaway Run trains one epoch (step size 0) on a slice of every worker's shard
+    (warm_up_slice) and measures once, so that Numba compiles the step loops, the orderer's
+    kernels and the measurement for these argument types here and not in the first timed epoch.
+    Collective under MPI (every rank warms up alike); it touches no state of the real run (its
+    own model, orderer and clock).
     """
     start = time.perf_counter()
-    scratch = Run(setup, orderer_name, seed)
+    scratch = Run(warm_up_slice(setup), orderer_name, seed)
     scratch.train_epoch(1, 0.0)
     scratch.measure(1)
     return time.perf_counter() - start
@@ -571,7 +589,8 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
         if name in warmed:
             return 0.0
         warmed.add(name)
-        return warm_up(setup, name, seed)
+        with compile_notice(f"the kernels of {name}", backend.rank == 0 and not config.quiet):
+            return warm_up(setup, name, seed)
 
     warm_up_time = 0.0
     if resume is not None:
@@ -623,7 +642,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
             if epoch % config.measure_every == 0 or epoch == config.epochs:
                 record = run.measure(epoch)
                 trace.append_epoch(record)
-                progress(config, backend, orderer_name, seed, record)
+                progress(config, backend, orderer_name, seed, record, index, len(plan))
                 overflow = non_finite(record)
             coverage = None
             if config.record_orders:
@@ -740,10 +759,26 @@ def gather_order(run: Run) -> np.ndarray:
     return run._gather(order)
 
 
-def progress(config, backend, orderer, seed, record):
+def duration(seconds: float) -> str:
+    """'8.1 s', '2 min 05 s', '1 h 04 min': short enough for a progress line."""
+    if not math.isfinite(seconds):
+        return "?"
+    if seconds < 100:
+        return f"{seconds:.1f} s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min {int(seconds % 60):02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def progress(config, backend, orderer, seed, record, run_index: int, runs: int):
+    """One line per measured epoch: the measures, the run's elapsed time and the time left of the
+    run and of the job (ETA), assuming every epoch and every later run takes as long as this run's
+    epochs so far (a first guess: orderers differ in cost)."""
     if config.quiet or backend.rank != 0:
         return
-    parts = [f"[{orderer} seed {seed}] epoch {record['epoch']:>3}/{config.epochs}",
+    epoch, elapsed = record["epoch"], record["wall_time"]
+    parts = [f"[{orderer} seed {seed}] epoch {epoch:>3}/{config.epochs}",
              f"loss {record['train_loss']:.6g}"]
     if "suboptimality" in record:
         parts.append(f"subopt {record['suboptimality']:.3e}")
@@ -751,21 +786,31 @@ def progress(config, backend, orderer, seed, record):
         parts.append(f"test acc {record['test_accuracy']:.3f}")
     if "herding_inf" in record:
         parts.append(f"herding {record['herding_inf']:.3g}")
-    parts.append(f"{record['wall_time']:.1f} s")
+    per_epoch = elapsed / epoch if epoch else math.nan
+    run_left = per_epoch * (config.epochs - epoch)
+    job_left = run_left + per_epoch * config.epochs * (runs - run_index - 1)
+    parts.append(f"elapsed {duration(elapsed)}  ETA run {duration(run_left)}, "
+                 f"job {duration(job_left)} (run {run_index + 1}/{runs})")
     print("  ".join(parts), flush=True)
 
 
+SPREAD = "mean ± sample standard deviation over the runs (seeds) of each orderer"
+
+
 def summary_table(results: dict) -> str:
+    """The final records of every orderer's runs: the mean ± the sample standard deviation
+    (ddof 1; '-' for a single run) over its seeds, labelled as such above the table."""
     columns = [("train_loss", "final loss"), ("suboptimality", "f - f*"), ("herding_inf", "herding (inf)"),
                ("test_accuracy", "test acc")]
     present = [(k, label) for k, label in columns if any(k in r for rs in results.values() for r in rs)]
     header = f"{'orderer':<12} {'runs':>4}  " + "  ".join(f"{label:>22}" for _, label in present)
-    lines = [header, "-" * len(header)]
+    lines = [f"{SPREAD}:", header, "-" * len(header)]
     for orderer, records in results.items():
         cells = []
         for key, _ in present:
             values = np.array([r[key] for r in records if key in r])
-            cells.append(f"{values.mean():>11.4g} ± {values.std():<8.2g}" if len(values) else f"{'-':>22}")
+            spread = f"{values.std(ddof=1):<8.2g}" if len(values) > 1 else f"{'-':<8}"
+            cells.append(f"{values.mean():>11.4g} ± {spread}" if len(values) else f"{'-':>22}")
         status = "" if all(r["status"] == "completed" for r in records) else "  (some diverged)"
         lines.append(f"{orderer:<12} {len(records):>4}  " + "  ".join(cells) + status)
     return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""One line when Numba compiles, so that a cold start (15-60 s of compilation) is not silent.
+
+    with compile_notice("the kernels of cd-grab", enabled=rank == 0):
+        warm_up(...)
+
+Numba signals every real compilation (not a load from its on-disk cache) with a "numba:compile"
+event; the first one inside the block prints "compiling ...", and the block's end prints the
+seconds the compilations took, split into kernels that Numba caches on disk (compiled once per
+machine and code state: `python -m ordersim warm` can do it ahead of a job) and the step loops
+that take the problem's kernel as an argument, which Numba cannot cache (numba#2956) and which
+every process compiles. Nothing is printed when nothing compiled, e.g. under NUMBA_DISABLE_JIT=1.
+"""
+
+import sys
+import time
+from contextlib import contextmanager
+
+from numba.core import caching, event
+
+
+def _cacheable(compile_event) -> bool:
+    dispatcher = (compile_event.data or {}).get("dispatcher")
+    return not isinstance(getattr(dispatcher, "_cache", None), caching.NullCache)
+
+
+class CompileTimer(event.Listener):
+    """Seconds of Numba compilation, each charged to the innermost compilation in progress:
+    seconds[True] for cacheable kernels, seconds[False] for the others."""
+
+    def __init__(self, what: str, enabled: bool):
+        self.what, self.enabled = what, enabled
+        self.stack: list[bool] = []  # cacheable? of every compilation in progress (they nest)
+        self.seconds = {True: 0.0, False: 0.0}
+        self.compiled = False
+        self.last = 0.0
+
+    def _charge(self):
+        now = time.perf_counter()
+        if self.stack:
+            self.seconds[self.stack[-1]] += now - self.last
+        self.last = now
+
+    def on_start(self, compile_event):
+        self._charge()
+        if self.enabled and not self.compiled:
+            print(f"ordersim: compiling {self.what} ...", file=sys.stderr, flush=True)
+        self.compiled = True
+        self.stack.append(_cacheable(compile_event))
+
+    def on_end(self, _event):
+        self._charge()
+        self.stack.pop()
+
+    def summary(self) -> str:
+        cached, per_process = self.seconds[True], self.seconds[False]
+        parts = []
+        if cached:
+            parts.append(f"{cached:.1f} s for kernels now cached on disk (first run on this machine "
+                         f"or after a code change; cached after)")
+        if per_process:
+            parts.append(f"{per_process:.1f} s for kernels Numba cannot cache, compiled in every "
+                         f"process (the step loops: they take the problem's kernel as an argument)")
+        return f"ordersim: compiled {self.what} in {cached + per_process:.1f} s: " + "; ".join(parts)
+
+
+@contextmanager
+def compile_notice(what: str, enabled: bool = True):
+    """Say so (on stderr, when `enabled`) when Numba compiles inside the block, and how long it took."""
+    timer = CompileTimer(what, enabled)
+    with event.install_listener("numba:compile", timer):
+        yield timer
+    if enabled and timer.compiled:
+        print(timer.summary(), file=sys.stderr, flush=True)
