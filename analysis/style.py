@@ -37,7 +37,7 @@ RC = {
     "pdf.fonttype": 42,
 }
 # One colour per orderer, the same in every figure; variants of a configuration get line styles.
-COLORS = {"rr": "tab:blue", "so": "tab:cyan", "flipflop": "tab:purple", "wr": "tab:gray",
+COLORS = {"rr": "tab:blue", "so": "tab:cyan", "ig": "black", "flipflop": "tab:purple", "wr": "tab:gray",
           "grab": "tab:green", "pair-grab": "tab:olive", "d-grab": "tab:orange",
           "d-grab-pair": "tab:brown", "cd-grab": "tab:red", "greedy": "tab:pink"}
 ORDER = tuple(COLORS)
