@@ -15,7 +15,8 @@ from analysis import style
 from analysis.load import load_herding_sim
 
 
-def plot(df, out, band_kind="minmax", log=True):
+def plot(df, out, band_kind="minmax", log=True, title=None, name="herding_sim"):
+    """The figure as DIR/NAME.{png,pdf}, with ``title`` above the panels when given."""
     if df.empty:
         raise SystemExit("herding_sim: no herding-sim results in the files")
     panels = sorted(df.groupby("workers"), key=lambda kv: kv[0])
@@ -31,8 +32,10 @@ def plot(df, out, band_kind="minmax", log=True):
             style.plain_log_y(ax)
     axes[0].set_ylabel(r"parallel herding $\|\cdot\|_\infty$")
     style.legend(axes[0], band_kind if df.seed.nunique() > 1 else None, figure_level=True)
+    if title:
+        fig.suptitle(title, fontsize=8, y=1.12)
     fig.tight_layout()
-    return style.save(fig, out, "herding_sim")
+    return style.save(fig, out, name)
 
 
 def main(argv=None) -> int:

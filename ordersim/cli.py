@@ -11,6 +11,8 @@ COMMANDS = {
     "merge": ("ordersim.sweep", "merge_main", "join trace files (a sweep's cells) into one tidy table"),
     "herding-sim": ("ordersim.herding_sim", "main",
                     "the CD-GraB paper's random-vector parallel-herding experiment"),
+    "reproduce": ("analysis.reproduce", "main",
+                  "run the papers' experiments (runs/papers/), draw their figures and verdicts"),
     "orderers": ("ordersim.listing", "orderers", "list the orderers with a one-line description"),
     "problems": ("ordersim.listing", "problems", "list the problems with a one-line description"),
 }

@@ -186,7 +186,7 @@ def read_toml(path: str) -> dict:
             raw = tomllib.load(fh)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file {path!r} is not valid TOML: {err}") from None
-    unknown = sorted(set(raw) - set(FIELDS) - {"sweep"})  # [sweep]: see ordersim.sweep
+    unknown = sorted(set(raw) - set(FIELDS) - {"sweep", "quick"})  # [sweep], [quick]: see ordersim.sweep
     if unknown:
         raise ConfigError(f"config file {path!r}: unknown field(s) {', '.join(unknown)}; "
                           f"known fields: {', '.join(FIELDS)}")

@@ -62,6 +62,9 @@ def parser() -> argparse.ArgumentParser:
                         "checkpoint with a valid checksum (never a pickle) and hold the run state "
                         "this ordersim has; else one line says what does not fit (exit 2) and "
                         "nothing is changed")
+    p.add_argument("--quick", action="store_true",
+                   help="apply the config's [quick] table: the smaller size its experiment runs at in "
+                        "CI (runs/papers/ has such configs)")
     add_arguments(p)
     return p
 
@@ -83,7 +86,7 @@ def _main(args, comm, size) -> int:
         flags = overrides_from_args(args)
         runs = [(flags, None)]
         if args.config:
-            runs = select_cell(config_cells(args.config, flags), args.config, args.cell)
+            runs = select_cell(config_cells(args.config, flags, args.quick), args.config, args.cell)
     except ConfigError as err:
         if rank == 0:
             print(f"ordersim: error: {err}", file=sys.stderr, flush=True)

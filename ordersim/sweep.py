@@ -34,6 +34,31 @@ from ordersim.config import (FIELDS, ConfigError, add_arguments, build_config, f
                              overrides_from_args, read_toml)
 
 
+def quick_values(raw: dict, path: str, quick: bool, fields=FIELDS) -> dict:
+    """The raw TOML dict without its [quick] table, or (quick) with that table's fields on top and
+    its own [quick.sweep] axes in place of the [sweep] axes it names (`run --quick`: the size for
+    CI). `fields`: the names the table may set."""
+    raw = dict(raw)
+    table = raw.pop("quick", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"config file {path!r}: 'quick' must be a table of field = value")
+    unknown = sorted(set(table) - set(fields) - {"sweep"})
+    if unknown:
+        raise ConfigError(f"config file {path!r}: [quick] field(s) {', '.join(unknown)} unknown; known fields: "
+                          f"{', '.join(fields)}")
+    if not quick:
+        return raw
+    if not table:
+        raise ConfigError(f"--quick: config file {path!r} has no [quick] table")
+    table = dict(table)
+    axes = table.pop("sweep", {})
+    if not isinstance(axes, dict):
+        raise ConfigError(f"config file {path!r}: 'quick.sweep' must be a table of field = [values]")
+    sweep = dict(raw.get("sweep", {}), **axes)
+    raw.update(table)
+    return dict(raw, sweep=sweep) if sweep else raw
+
+
 def split_sweep(raw: dict, path: str) -> tuple[dict, dict]:
     """(base values, sweep table) of a raw TOML dict, the sweep checked field by field."""
     raw = dict(raw)
@@ -77,12 +102,13 @@ def cell_out(base_out: str, config_path: str, index: int) -> str:
     return os.path.join(directory, f"cell_{index:04d}.h5")
 
 
-def config_cells(config_path: str, flags: dict | None = None) -> list[tuple[dict, Cell | None]]:
+def config_cells(config_path: str, flags: dict | None = None, quick: bool = False) -> list[tuple[dict, Cell | None]]:
     """The runs a config file stands for with the command line's field values `flags` on top:
     [(values, cell)], one per sweep cell (each with its own `out` under the flags' or the config's
     `out`), or [(values, None)] when there is no sweep. A field set by a flag is no longer swept:
-    the sweep keeps the other axes, and with none left the config is one plain run."""
-    raw, sweep = split_sweep(read_toml(config_path), config_path)
+    the sweep keeps the other axes, and with none left the config is one plain run. `quick`: the
+    config's [quick] table applies (`quick_values`)."""
+    raw, sweep = split_sweep(quick_values(read_toml(config_path), config_path, quick), config_path)
     values = {**raw, **(flags or {})}
     sweep = {name: axis for name, axis in sweep.items() if name not in (flags or {})}
     if not sweep:
