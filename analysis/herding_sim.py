@@ -16,7 +16,7 @@ from analysis.load import load_herding_sim
 
 
 def plot(df, out, band_kind="minmax", log=True, title=None, name="herding_sim"):
-    """The figure as DIR/NAME.{png,pdf}, with ``title`` above the panels when given."""
+    """The figure as DIR/NAME.{png,pdf}, with ``title`` below the panels when given."""
     if df.empty:
         raise SystemExit("herding_sim: no herding-sim results in the files")
     panels = sorted(df.groupby("workers"), key=lambda kv: kv[0])
@@ -32,9 +32,9 @@ def plot(df, out, band_kind="minmax", log=True, title=None, name="herding_sim"):
             style.plain_log_y(ax)
     axes[0].set_ylabel(r"parallel herding $\|\cdot\|_\infty$")
     style.legend(axes[0], band_kind if df.seed.nunique() > 1 else None, figure_level=True)
-    if title:
-        fig.suptitle(title, fontsize=8, y=1.12)
     fig.tight_layout()
+    if title:
+        fig.text(0.5, -0.04, title, ha="center", va="top", fontsize=8)
     return style.save(fig, out, name)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import textwrap
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,10 +62,18 @@ class Verdict:
     shown: bool | None  # None: not checked at this size
     detail: str
 
-    def line(self, quick: bool) -> str:
+    def state(self, quick: bool) -> str:
         state = {True: "shown", False: "not shown"}[self.shown] if self.shown is not None else "not checked"
-        size = " (quick size)" if quick else ""
-        return f"{self.name}: {EXPERIMENTS[self.name].claim}: {state}{size} ({self.detail})"
+        return state + (" (quick size)" if quick else "")
+
+    def line(self, quick: bool) -> str:
+        return f"{self.name}: {EXPERIMENTS[self.name].claim}: {self.state(quick)} ({self.detail})"
+
+    def caption(self, quick: bool) -> str:
+        """The figure's text: the paper, its claim and whether this run shows it."""
+        experiment = EXPERIMENTS[self.name]
+        claim = textwrap.fill(f"Claim: {experiment.claim}. This run: {self.state(quick)}.", 110)
+        return f"{experiment.paper}\n{claim}"
 
 
 def config(name: str, quick: bool) -> dict:
@@ -134,6 +143,10 @@ def numbers(values: dict) -> str:
 
 
 # -- the experiments' figures and checks ------------------------------------------------------------
+def caption(fig, text: str) -> None:
+    fig.text(0.5, -0.04, text, ha="center", va="top", fontsize=8)
+
+
 def curves(df, panels, out: Path, name: str, title: str, x: str = "epoch"):
     """One panel per (column, y label, log y): mean and min-max band over seeds, per orderer."""
     from analysis import style
@@ -148,8 +161,8 @@ def curves(df, panels, out: Path, name: str, title: str, x: str = "epoch"):
         if log:
             style.log_if_positive(ax, frame[column])
     style.legend(axes[0], "minmax" if df.seed.nunique() > 1 else None, figure_level=True)
-    fig.suptitle(title, fontsize=8, y=1.12)
     fig.tight_layout()
+    caption(fig, title)
     return style.save(fig, out, name)
 
 
@@ -215,7 +228,7 @@ def herding(files, quick):
 def draw(name, verdict, data, out: Path, quick: bool):
     from analysis import style
 
-    title = f"{EXPERIMENTS[name].paper}\n{verdict.line(quick)}"
+    title = verdict.caption(quick)
     if name == "herding":
         from analysis import herding_sim
 
@@ -237,8 +250,8 @@ def draw(name, verdict, data, out: Path, quick: bool):
             style.log2_axis(ax, ms)
             ax.set_xlabel("workers m")
         style.legend(axes[0], None, figure_level=True)
-        fig.suptitle(title, fontsize=8, y=1.12)
         fig.tight_layout()
+        caption(fig, title)
         return style.save(fig, out, name)
     df, panels = data
     if name != "cdgrab_logreg":
@@ -256,8 +269,8 @@ def draw(name, verdict, data, out: Path, quick: bool):
     axes[1].set_xlabel("wall-clock s, no compilation (a line per seed)")
     axes[0].set_ylabel(label)
     style.legend(axes[0], "minmax" if df.seed.nunique() > 1 else None, figure_level=True)
-    fig.suptitle(title, fontsize=8, y=1.12)
     fig.tight_layout()
+    caption(fig, title)
     return style.save(fig, out, name)
 
 

@@ -14,6 +14,9 @@ A field given on the command line (`--coding pgc-cr`) is no longer swept: its ax
 cells, their indices (--cell, SLURM_ARRAY_TASK_ID) and their files are those of the sweep over the
 remaining axes; with no axis left the config is one plain run into --out or its `out`.
 
+A `[quick]` table sets fields (and `sweep = {...}` axes) for `run --quick`, the size for CI
+(`quick_values`).
+
 `python -m ordersim sweep CONFIG.toml [FIELD FLAGS]` prints the cells (the flags are those of
 `python -m ordersim run`); `--write-array FILE` writes a Slurm job-array script whose task i runs
 cell i (`python -m ordersim run CONFIG.toml [FIELD FLAGS] --cell i`, or with SLURM_ARRAY_TASK_ID
