@@ -62,3 +62,10 @@ def test_reproduce_quick_runs_every_experiment_and_its_checkable_claims_hold(tmp
         assert line in done.stdout
         want = ": shown (quick size)" if EXPERIMENTS[name].quick_shows else ": not checked (quick size)"
         assert want in line, line
+
+
+def test_an_unknown_experiment_is_refused_before_anything_runs(capsys):
+    from analysis.reproduce import main
+
+    assert main(["grab_mnist", "nosuch"]) == 2
+    assert "unknown experiment(s) nosuch; known: grab_mnist, cdgrab_logreg" in capsys.readouterr().err
