@@ -101,9 +101,11 @@ def trace_out(values: dict, results: Path | None) -> Path:
 
 
 def trace_files(name: str, values: dict, results: Path | None) -> list[Path]:
+    from ordersim.sweep import cell_out, cells
+
     out = trace_out(values, results)
     if "sweep" in values and name != "herding":
-        return [out / f"cell_{i:04d}.h5" for i in range(int(np.prod([len(v) for v in values["sweep"].values()])))]
+        return [Path(cell_out(str(out), name, i)) for i in range(len(cells(values["sweep"])))]
     return [out]
 
 
@@ -158,13 +160,12 @@ def curves(df, panels, out: Path, name: str, title: str, x: str = "epoch"):
 
     fig, axes = style.figure(len(panels), width=3.4, height=2.6)
     for ax, (column, label, log) in zip(axes, panels):
-        frame = df if column != "dist2" else df.assign(dist2=df.dist_to_opt**2)
-        for lab, (xs, values) in style.by_seed(frame, x, column).items():
+        for lab, (xs, values) in style.by_seed(df, x, column).items():
             style.band(ax, xs, values, lab)
         ax.set_xlabel({"epoch": "epoch (data passes)"}.get(x, x))
         ax.set_ylabel(label)
         if log:
-            style.log_if_positive(ax, frame[column])
+            style.log_if_positive(ax, df[column])
     style.legend(axes[0], "minmax" if df.seed.nunique() > 1 else None, figure_level=True)
     fig.tight_layout()
     caption(fig, title)
