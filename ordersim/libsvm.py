@@ -10,6 +10,9 @@ parsed on its own. An MPI rank parses only the blocks that hold its workers' row
 holds more of the data set than the rows it asks for (the reader before this kept every value of
 the file as Python objects on rank 0: ~100 bytes per nonzero).
 
+A file whose name ends in ``.gz`` is read through gzip, decompressed on the way (a block's read
+decompresses from the start of the file up to it).
+
 Format: ``LABEL INDEX:VALUE INDEX:VALUE ...`` per line, indices increasing; ``#`` starts a
 comment; blank lines are skipped; lines end with ``\\n`` (``\\r\\n`` works too). Indices are
 1-based unless an index 0 appears anywhere, then 0-based (scikit-learn's "auto"). An INDEX is
@@ -19,8 +22,6 @@ and ``nan`` (the last two rejected as not finite), not hexadecimal. Values are c
 library's ``strtod``, correctly rounded like ``float()``. The first problem in the file is
 raised as a one-line ValueError with its line number.
 """
-
-import os
 
 import numpy as np
 from numba import njit
@@ -198,19 +199,24 @@ class LibsvmRows:
 
     def __init__(self, path: str, block_rows: int, features: int | None = None):
         self.path, self.block_rows = path, block_rows
-        size = os.path.getsize(path)
-        offsets = np.zeros(size // (2 * block_rows) + 2, dtype=np.int64)  # a row takes >= 2 bytes
+        offsets = np.zeros(2, dtype=np.int64)
         result = np.zeros(RESULT_SLOTS, dtype=np.int64)
         result[MIN_INDEX] = result[MAX_INDEX] = -1
+        size = 0  # of the (decompressed) bytes
 
         def scan_piece(buf, base, at_end):  # whole lines
+            nonlocal offsets, size
             end = buf.size if at_end else _after_last_newline(buf)
+            need = (int(result[ROWS]) + end // 2) // block_rows + 2  # a row takes >= 2 bytes
+            if need > offsets.size:
+                offsets = np.concatenate([offsets, np.zeros(need - offsets.size, dtype=np.int64)])
             scan(buf[:end], base, block_rows, offsets, result)
             if result[ERROR] != OK:
                 raise ValueError(self._message(buf, result))
+            size = base + end
             return end
 
-        text_numbers.scan_pieces(path, scan_piece)
+        text_numbers.scan_pieces(path, scan_piece, opener=text_numbers.open_bytes)
         self.rows = int(result[ROWS])
         if self.rows == 0:
             raise ValueError(f"libsvm file {path!r} holds no examples")
@@ -225,7 +231,7 @@ class LibsvmRows:
     def block(self, b: int):
         lo = b * self.block_rows
         count = min(self.block_rows, self.rows - lo)
-        with open(self.path, "rb") as fh:
+        with text_numbers.open_bytes(self.path) as fh:
             fh.seek(self.offsets[b])
             body = fh.read(self.offsets[b + 1] - self.offsets[b])
         X, y = np.zeros((count, self.features)), np.empty(count)

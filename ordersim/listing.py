@@ -15,6 +15,13 @@ def orderers(argv: list[str]) -> int:
 
 
 def problems(argv: list[str]) -> int:
+    from ordersim.data import PACKAGE_SETS, SKLEARN_SETS
     from problems import available_problems
 
-    return _print(available_problems())
+    _print(available_problems())
+    print("\ndata sets (--data SPEC; formats and options: docs/problems.md):")
+    return _print({**{f"sklearn:{name}": "bundled with scikit-learn" for name in SKLEARN_SETS},
+                   **{spec: f"{what} (pip install 'ordersim[datasets]')" for spec, (_, what) in PACKAGE_SETS.items()},
+                   "synthetic:regression|classification?...": "generated from the seed",
+                   "libsvm:PATH": "LIBSVM text, .gz too (data/w8a.gz and data/mushrooms.gz are in the repository)",
+                   "csv:PATH, npz:PATH, hdf5:PATH": "your own files"})

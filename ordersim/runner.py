@@ -70,6 +70,9 @@ def parser() -> argparse.ArgumentParser:
                         "run's set-up (reads the data, computes the constants or reads them from "
                         "their cache) but writes no trace, checkpoint or lock; under mpiexec rank 0 "
                         "prints, every rank exits 0")
+    p.add_argument("--quick", action="store_true",
+                   help="apply the config's [quick] table: the smaller size its experiment runs at in "
+                        "CI (runs/papers/ has such configs)")
     add_arguments(p)
     return p
 
@@ -91,7 +94,7 @@ def _main(args, comm, size) -> int:
         flags = overrides_from_args(args)
         runs = [(flags, None)]
         if args.config:
-            runs = select_cell(config_cells(args.config, flags), args.config, args.cell)
+            runs = select_cell(config_cells(args.config, flags, args.quick), args.config, args.cell)
     except ConfigError as err:
         if rank == 0:
             print(f"ordersim: error: {err}", file=sys.stderr, flush=True)

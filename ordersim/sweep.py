@@ -14,6 +14,9 @@ A field given on the command line (`--coding pgc-cr`) is no longer swept: its ax
 cells, their indices (--cell, SLURM_ARRAY_TASK_ID) and their files are those of the sweep over the
 remaining axes; with no axis left the config is one plain run into --out or its `out`.
 
+A `[quick]` table sets fields (and `sweep = {...}` axes) for `run --quick`, the size for CI
+(`quick_values`).
+
 `python -m ordersim sweep CONFIG.toml [FIELD FLAGS]` prints the cells (the flags are those of
 `python -m ordersim run`); `--write-array FILE` writes a Slurm job-array script whose task i runs
 cell i (`python -m ordersim run CONFIG.toml [FIELD FLAGS] --cell i`, or with SLURM_ARRAY_TASK_ID
@@ -32,6 +35,31 @@ from pathlib import Path
 
 from ordersim.config import (FIELDS, ConfigError, add_arguments, build_config, flags_for,
                              overrides_from_args, read_toml)
+
+
+def quick_values(raw: dict, path: str, quick: bool, fields=FIELDS) -> dict:
+    """The raw TOML dict without its [quick] table, or (quick) with that table's fields on top and
+    its own [quick.sweep] axes in place of the [sweep] axes it names (`run --quick`: the size for
+    CI). `fields`: the names the table may set."""
+    raw = dict(raw)
+    table = raw.pop("quick", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"config file {path!r}: 'quick' must be a table of field = value")
+    unknown = sorted(set(table) - set(fields) - {"sweep"})
+    if unknown:
+        raise ConfigError(f"config file {path!r}: [quick] field(s) {', '.join(unknown)} unknown; known fields: "
+                          f"{', '.join(fields)}")
+    if not quick:
+        return raw
+    if not table:
+        raise ConfigError(f"--quick: config file {path!r} has no [quick] table")
+    table = dict(table)
+    axes = table.pop("sweep", {})
+    if not isinstance(axes, dict):
+        raise ConfigError(f"config file {path!r}: 'quick.sweep' must be a table of field = [values]")
+    sweep = dict(raw.get("sweep", {}), **axes)
+    raw.update(table)
+    return dict(raw, sweep=sweep) if sweep else raw
 
 
 def split_sweep(raw: dict, path: str) -> tuple[dict, dict]:
@@ -77,12 +105,13 @@ def cell_out(base_out: str, config_path: str, index: int) -> str:
     return os.path.join(directory, f"cell_{index:04d}.h5")
 
 
-def config_cells(config_path: str, flags: dict | None = None) -> list[tuple[dict, Cell | None]]:
+def config_cells(config_path: str, flags: dict | None = None, quick: bool = False) -> list[tuple[dict, Cell | None]]:
     """The runs a config file stands for with the command line's field values `flags` on top:
     [(values, cell)], one per sweep cell (each with its own `out` under the flags' or the config's
     `out`), or [(values, None)] when there is no sweep. A field set by a flag is no longer swept:
-    the sweep keeps the other axes, and with none left the config is one plain run."""
-    raw, sweep = split_sweep(read_toml(config_path), config_path)
+    the sweep keeps the other axes, and with none left the config is one plain run. `quick`: the
+    config's [quick] table applies (`quick_values`)."""
+    raw, sweep = split_sweep(quick_values(read_toml(config_path), config_path, quick), config_path)
     values = {**raw, **(flags or {})}
     sweep = {name: axis for name, axis in sweep.items() if name not in (flags or {})}
     if not sweep:

