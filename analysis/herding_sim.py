@@ -47,7 +47,7 @@ def draw(df, band_kind="minmax", log=True, title=None):
     fig.tight_layout()
     first = df.iloc[0]
     seeds = df.seed.nunique()
-    style.caption(fig, None, extra=(f"{title}; " if title else "") + (
+    style.caption(fig, None, extra=(f"{title} " if title else "") + (
         f"{int(first.workers * first.examples_per_worker)} unit-norm Gaussian vectors in d = {first.dim}, "
         f"centred per worker; b = {first.batch}; {first.norm}-norm, prefixes at step boundaries; "
         f"{seeds} seed{'s' if seeds > 1 else ''}; c = round-0 herding / $\\sqrt{{n}}$ per panel"))

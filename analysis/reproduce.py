@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import textwrap
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,8 +76,7 @@ class Verdict:
     def caption(self, quick: bool) -> str:
         """The figure's text: the paper, its claim and whether this run shows it."""
         experiment = EXPERIMENTS[self.name]
-        claim = textwrap.fill(f"Claim: {experiment.claim}. This run: {self.state(quick)}.", 110)
-        return f"{experiment.paper}\n{claim}"
+        return f"{experiment.paper}. Claim: {experiment.claim}. This run: {self.state(quick)}."
 
 
 def config(name: str, quick: bool) -> dict:
