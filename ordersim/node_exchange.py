@@ -17,21 +17,31 @@ progress engine, so that work overlaps the exchange.
 Two slots per rank suffice: a rank reaches call c + 2, which overwrites slot (c mod 2, r), only
 after every rank published c + 1, that is after every rank finished copying out call c. The flag
 is written with release and read with acquire semantics (LLVM atomics), so the data a flag
-announces is visible once the flag is. A waiting rank spins on the flag and yields the core every
-few hundred reads (sched_yield), so more ranks than cores still make progress; if another rank
-fails, its MPI_Abort (backend.abort_on_exception) ends the waiting ones too. At each yield the
-spin reads the clock, and gives up a wait longer than the stall timeout (or, after SIGTERM or
-SIGUSR1, than the signal's grace; ordersim/stall.py): collect() then returns STALLED, with the
-rank it waited for in the link's limits. The result is the
+announces is visible once the flag is.
+
+A waiting rank spins on the flag, yielding the core every few hundred reads (sched_yield), and
+after a number of reads goes to sleep in the kernel until the flag changes (Linux futex; the
+publisher wakes the flag's sleepers, which it counts in the flag's cache line, so that a publish
+nobody waits for makes no system call). How many reads: when the node's ranks outnumber the cores
+they may run on, a few (a spinning rank would hold a core that the rank it waits for needs: at
+`mpiexec -n 8` on 2 cores the default experiment took 6x the serial run's time); otherwise some
+thousands, tens to hundreds of µs, far above a step's wait when every rank has a core, so that
+only waits on a rank that lost its core (other jobs' load) sleep. If another rank fails, its
+MPI_Abort (backend.abort_on_exception) ends the waiting ones too. At each yield and each wake-up
+(a sleep lasts at most SLEEP_NANOSECONDS) the wait reads the clock, and gives up a wait longer than
+the stall timeout (or, after SIGTERM or SIGUSR1, than the signal's grace; ordersim/stall.py):
+collect() then returns STALLED, with the rank it waited for in the link's limits. The result is the
 bytes MPI_Allgather would deliver, in the same rank order: the choice changes times, never values.
 
 ``exchange = "allgather"`` in the config, ranks on several nodes, or a platform without
-sched_yield use MPI_Allgather (ordersim.jit_mpi) for every exchange.
+sched_yield use MPI_Allgather (ordersim.jit_mpi) for every exchange. Without futexes (not Linux,
+or without JIT) a wait spins and yields until it ends.
 """
 
 import ctypes
 import os
 import platform
+import sys
 
 import numpy as np
 from llvmlite import ir
@@ -45,8 +55,23 @@ from ordersim.stall import WAITED, WAITED_FOR, waited_too_long
 
 AVAILABLE = hasattr(os, "sched_yield")  # POSIX; elsewhere every exchange is an MPI_Allgather
 FLAG_STRIDE = 8  # int64s between two ranks' flags: one 64-byte cache line each, no false sharing
+SLEEPERS = 1  # in a flag's cache line, after the flag: how many ranks sleep until it changes
 SPINS_BEFORE_YIELD = 256
+# Flag reads before a wait sleeps: with more ranks than cores on the node, or not.
+SPINS_BEFORE_SLEEP_OVERSUBSCRIBED = 16
+SPINS_BEFORE_SLEEP = 16 * SPINS_BEFORE_YIELD
+SLEEP_NANOSECONDS = 10_000_000  # the longest sleep: the wait checks its time limit in between
 STALLED = -1  # collect()'s result when it gave up waiting (MPI's error codes are > 0)
+# This rank's ``calls`` array (SharedSlots): the exchange count, the sleep's timeout (a struct
+# timespec: seconds, nanoseconds) and the flag reads before a wait sleeps.
+COUNT, TIMEOUT, SPIN_LIMIT = 0, 1, 3
+
+# futex(2) through the C library's syscall(): FUTEX_WAIT and FUTEX_WAKE on the low 32 bits of a
+# flag (little-endian), shared between processes (no FUTEX_PRIVATE_FLAG).
+_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(platform.machine().lower())
+FUTEX_WAIT, FUTEX_WAKE = 0, 1
+SLEEPS = (not config.DISABLE_JIT and AVAILABLE and sys.platform.startswith("linux")
+          and sys.byteorder == "little" and _SYS_FUTEX is not None)
 
 
 @intrinsic
@@ -70,6 +95,27 @@ def _store_release(typingctx, address, value):
         builder.store_atomic(args[1], pointer, ordering="release", align=8)
         return context.get_dummy_value()
     return types.void(address, value), codegen
+
+
+@intrinsic
+def _fetch_add(typingctx, address, value):
+    """Add the int64 ``value`` to the int64 at ``address`` (sequentially consistent)."""
+    if not isinstance(address, types.Integer) or value != types.int64:
+        return None
+    def codegen(context, builder, signature, args):
+        pointer = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+        builder.atomic_rmw("add", pointer, args[1], "seq_cst")
+        return context.get_dummy_value()
+    return types.void(address, value), codegen
+
+
+@intrinsic
+def _full_fence(typingctx):
+    """A sequentially consistent fence: no later read passes an earlier write."""
+    def codegen(context, builder, signature, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+    return types.void(), codegen
 
 
 _SPIN_HINTS = {"x86_64": ("llvm.x86.sse2.pause", ()), "amd64": ("llvm.x86.sse2.pause", ()),
@@ -102,8 +148,12 @@ if config.DISABLE_JIT:
 
     def spin_hint():
         """Nothing to hint from the interpreter."""
+
+    def full_fence():
+        """Nothing to order: without JIT no wait sleeps, so nothing reads the sleepers."""
 else:
     load_acquire, store_release, spin_hint = _load_acquire, _store_release, _spin_hint
+    fetch_add, full_fence = _fetch_add, _full_fence
 
 if config.DISABLE_JIT and AVAILABLE:
     yield_core = os.sched_yield
@@ -115,6 +165,31 @@ else:
     def yield_core():
         """Never called (no shared-memory exchange here), but collect() must still compile."""
 
+if SLEEPS:  # long syscall(long number, ...): every argument a register-sized integer
+    _syscall = ctypes.CDLL(None).syscall
+    _syscall.restype, _syscall.argtypes = ctypes.c_long, [ctypes.c_long] * 7
+
+    @njit(error_model="numpy", _nrt=False)
+    def futex(address, operation, value, timeout_address):
+        return _syscall(_SYS_FUTEX, address, operation, value, timeout_address, 0, 0)
+else:
+    @njit
+    def futex(address, operation, value, timeout_address):
+        """Never called (no wait sleeps here), but publish() and collect() must still compile."""
+        return 0
+
+
+@njit(error_model="numpy", _nrt=False)
+def sleep_while(flag_address, seen, timeout_address):
+    """Sleep until the flag at ``flag_address`` is no longer ``seen``, SLEEP_NANOSECONDS at most
+    (or a signal). Counted among the flag's sleepers first, so that its publisher wakes us; the
+    kernel sleeps only if the flag still holds ``seen``, so a publish just before is not missed."""
+    sleepers_address = flag_address + SLEEPERS * 8
+    fetch_add(sleepers_address, 1)
+    if load_acquire(flag_address) == seen:
+        futex(flag_address, FUTEX_WAIT, seen & 0xFFFFFFFF, timeout_address)
+    fetch_add(sleepers_address, -1)
+
 
 @njit(error_model="numpy", _nrt=False)
 def publish(send, link):
@@ -124,14 +199,19 @@ def publish(send, link):
     change until then. link = (comm, rank, flags, slots, calls, limits) from
     MPIBackend.exchange_link; calls[0] counts the exchanges (the stall watchdog's progress)."""
     comm, rank, flags, slots, calls, limits = link
-    calls[0] += 1
+    calls[COUNT] += 1
     if slots.shape[0] == 0:
         return
-    call, ranks = calls[0], slots.shape[0] // 2
+    call, ranks = calls[COUNT], slots.shape[0] // 2
     source, mine = send.reshape(-1), slots[(call & 1) * ranks + rank]
     for i in range(source.size):
         mine[i] = source[i]
-    store_release(flags.ctypes.data + rank * FLAG_STRIDE * 8, call)
+    flag_address = flags.ctypes.data + rank * FLAG_STRIDE * 8
+    store_release(flag_address, call)
+    if SLEEPS:
+        full_fence()  # the flag is written before the sleepers are read (sleep_while's mirror)
+        if load_acquire(flag_address + SLEEPERS * 8) > 0:
+            futex(flag_address, FUTEX_WAKE, 0x7FFFFFFF, 0)
 
 
 @njit(error_model="numpy", _nrt=False)
@@ -143,23 +223,30 @@ def collect(send, recv, link):
     comm, rank, flags, slots, calls, limits = link
     if slots.shape[0] == 0:
         return allgather(send, recv, comm)
-    call, ranks, size = calls[0], slots.shape[0] // 2, send.size
+    call, ranks, size = calls[COUNT], slots.shape[0] // 2, send.size
     target, parity = recv.reshape(-1), (call & 1) * ranks
+    spin_limit = calls[SPIN_LIMIT] if SLEEPS else -1
     for q in range(ranks):
+        flag_address = flags.ctypes.data + q * FLAG_STRIDE * 8
         spins = 0
         started = -1.0  # the clock at the wait's first yield: no clock read on the fast path
-        while load_acquire(flags.ctypes.data + q * FLAG_STRIDE * 8) < call:
+        seen = load_acquire(flag_address)
+        while seen < call:
             spin_hint()
             spins += 1
-            if spins == SPINS_BEFORE_YIELD:
-                yield_core()
-                spins = 0
+            sleeps = spins >= spin_limit >= 0  # and from then on at every read
+            if sleeps or spins % SPINS_BEFORE_YIELD == 0:
                 now = seconds()
                 if started < 0.0:
                     started = now
                 elif waited_too_long(limits, started, now):
                     limits[WAITED_FOR], limits[WAITED] = q, now - started
                     return STALLED
+                if sleeps:
+                    sleep_while(flag_address, seen, calls.ctypes.data + TIMEOUT * 8)
+                else:
+                    yield_core()
+            seen = load_acquire(flag_address)
         theirs, offset = slots[parity + q], q * size
         for i in range(size):
             target[offset + i] = theirs[i]
@@ -172,6 +259,13 @@ def exchange(send, recv, link):
     MPI_Allgather. Returns collect()'s result."""
     publish(send, link)
     return collect(send, recv, link)
+
+
+def usable_cores(comm) -> int:
+    """How many cores the ranks of ``comm`` (one node's) may run on together: the union of their
+    CPU affinities (each rank's own may be one core when ranks are bound). Collective."""
+    mine = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    return len(set().union(*comm.allgather(mine)))
 
 
 class SharedSlots:
@@ -196,7 +290,12 @@ class SharedSlots:
         self.slots = raw[flag_bytes:].view(np.float64).reshape(2 * ranks, doubles)
         if comm.Get_rank() == 0:
             self.flags[:] = 0
-        self.calls = np.zeros(1, dtype=np.int64)  # this rank's count of exchanges, as its flag
+        # the exchange count (as this rank's flag), the sleep's timeout, the reads before a sleep
+        self.calls = np.zeros(4, dtype=np.int64)
+        self.calls[TIMEOUT:TIMEOUT + 2] = divmod(SLEEP_NANOSECONDS, 1_000_000_000)
+        self.oversubscribed = ranks > usable_cores(comm)
+        self.calls[SPIN_LIMIT] = (SPINS_BEFORE_SLEEP_OVERSUBSCRIBED if self.oversubscribed
+                                  else SPINS_BEFORE_SLEEP)
         comm.Barrier()  # the flags are zero before any rank publishes
 
     def free(self) -> None:

@@ -8,7 +8,7 @@ stopped peer (SIGSTOP, a job-control stop, a frozen node) would hold every other
 ever, spinning at full speed, with no Python code running to act on SIGTERM.
 
 - The spin reads the clock at each of its sched_yield calls (every SPINS_BEFORE_YIELD spins,
-  never on the fast path) and gives up when waited_too_long(): the epoch loop returns, and the
+  never on the fast path) and each wake-up once it sleeps, and gives up when waited_too_long(): the epoch loop returns, and the
   rank raises Stalled, which names the rank it waited for; abort_on_exception ends the job.
 - A Watchdog thread watches the blocking MPI calls: the backend marks each one (waiting()), and
   the epoch loop's MPI_Allgather counts its exchanges in a progress counter. The epoch loop runs

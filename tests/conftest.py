@@ -29,3 +29,25 @@ def run_mpi(ranks: int, args: list[str], timeout: float = 300, env: dict | None 
 @pytest.fixture
 def mpi():
     return run_mpi
+
+
+@pytest.fixture(scope="session")
+def serial_reference(tmp_path_factory):
+    """serial_reference(args): the path of the trace of the serial run `python -m ordersim ARGS`,
+    run once per session however many tests compare with it (each MPI case of a config compares
+    its trace with the same serial one; a serial run is seconds of start-up and compilation)."""
+    from test_simulator import run_serial
+
+    traces = {}
+
+    def trace(args: list[str]) -> Path:
+        key = tuple(args)
+        if key not in traces:
+            path = tmp_path_factory.mktemp("serial-reference") / "serial.h5"
+            result = run_serial([*args, "--out", str(path)])
+            assert result.returncode == 0, result.stderr
+            traces[key] = path
+        return traces[key]
+
+    return trace
+

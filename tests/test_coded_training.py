@@ -177,14 +177,12 @@ def test_resume_of_a_coded_run_is_bitwise_identical(tmp_path, coding):
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [2, 4])
 @pytest.mark.parametrize("coding", DECODED)
-def test_coded_mpi_traces_are_bitwise_identical_to_serial(tmp_path, coding, ranks):
+def test_coded_mpi_traces_are_bitwise_identical_to_serial(tmp_path, coding, ranks, serial_reference):
     args = ["--epochs", "2", "--workers", "4", "--batch", "3", "--seeds", "0", "--quiet",
             "--record-orders", "--trace-every", "5", "--orderers", "rr", "d-grab", "cd-grab",
             "--momentum", "0.3", "--stragglers", "persistent", "--straggler-options",
             '{"stragglers": [1], "delay": 2.0}', "--coding", coding, "--coding-s", "1"]
-    serial = tmp_path / "s.h5"
-    result = run_serial([*args, "--out", str(serial)])
-    assert result.returncode == 0, result.stderr
+    serial = serial_reference(args)  # one serial run for both rank counts
     mpi = tmp_path / "m.h5"
     result = run_mpi(ranks, ["-m", "ordersim", *args, "--backend", "mpi", "--out", str(mpi)])
     assert result.returncode == 0, result.stderr

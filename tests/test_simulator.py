@@ -138,15 +138,14 @@ def test_mpi_traces_are_bitwise_identical_to_serial(serial_trace, tmp_path, rank
 @pytest.mark.mpi
 @pytest.mark.parametrize("exchange", ["shared-memory", "allgather"])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_two_workers_per_rank_match_serial(tmp_path, exchange, batch):
+def test_two_workers_per_rank_match_serial(tmp_path, exchange, batch, serial_reference):
     """Both exchanges between ranks (the default through shared memory on one node, and
     MPI_Allgather as on several nodes) give the serial trace: at b = 1, where the coordinated
     orderer's gradients are gathered straight into the update's sums, and at b = 3, which does
     not divide n, so the last step is short."""
     args = ["--epochs", "2", "--workers", "8", "--batch", str(batch), "--seeds", "3", "--quiet",
             "--record-orders", "--orderers", "cd-grab", "d-grab", "greedy", "wr", "--momentum", "0.5"]
-    serial = tmp_path / "s.h5"
-    assert run_serial([*args, "--out", str(serial)]).returncode == 0
+    serial = serial_reference(args)  # one serial run for both exchanges
     mpi = tmp_path / "m.h5"
     option = ["--exchange", "allgather"] if exchange == "allgather" else []
     result = run_mpi(4, ["-m", "ordersim", *args, *option, "--out", str(mpi)])

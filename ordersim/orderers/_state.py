@@ -41,16 +41,18 @@ import numpy as np
 from numba import config, njit, types
 
 from ordersim import aligned
+from ordersim.declared_jit import njit_declared
 from ordersim.orderers.base import Orderer
 
 # Explicit signatures: a kernel admits only 3-d float64 gradients (C-contiguous or strided) and an
 # int64 state, so anything else raises TypeError at dispatch instead of compiling a new version,
-# and observe() needs no Python-level checks on its fast path. No reference counting (_nrt=False):
+# and observe() needs no Python-level checks on its fast path. They compile at a kernel's first
+# use, not at import (listing the orderers compiles nothing). No reference counting (_nrt=False):
 # the views a kernel takes of its state per example would each cost two atomic operations, more
 # than the arithmetic; a kernel therefore allocates nothing (its arrays live in the state buffer).
 OBSERVE_ARGS = (types.float64[:, :, ::1], types.int64[::1])  # the C-contiguous one
-state_kernel = njit([types.int64(*OBSERVE_ARGS), types.int64(types.float64[:, :, :], types.int64[::1])],
-                    cache=True, error_model="numpy", _nrt=False)
+state_kernel = njit_declared([types.int64(*OBSERVE_ARGS), types.int64(types.float64[:, :, :], types.int64[::1])],
+                             cache=True, error_model="numpy", _nrt=False)
 JITTED = not config.DISABLE_JIT
 
 # The header's fixed slots; each field's start and shape follow from FIRST_FIELD_SLOT on.
