@@ -71,6 +71,10 @@ class SerialBackend:
     def hosts(self) -> list[str]:
         return [socket.gethostname()]
 
+    def run_steps(self, loop, *args):
+        """loop(*args): the jitted epoch loop (engine.epoch_loop), with no exchange to watch."""
+        return loop(*args)
+
     def abort(self, code: int) -> None:
         raise SystemExit(code)
 
@@ -140,7 +144,7 @@ class MPIBackend(SerialBackend):
         return self.comm_handle, self.rank, slots.flags, slots.slots, slots.calls, limits
 
     def run_steps(self, loop, *args):
-        """loop(*args): the jitted epoch loop (engine.mpi_epoch), whose link came from
+        """loop(*args): the jitted epoch loop (engine.epoch_loop), whose link came from
         exchange_link. Its MPI_Allgather is watched by the watchdog, through the count of
         exchanges; its shared-memory spin watches itself, and Stalled is raised here when it
         gave up."""

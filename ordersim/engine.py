@@ -1,9 +1,14 @@
-"""Numba kernels of one SGD step, shared by the serial and the MPI backend.
+"""The epoch loop of both backends (``epoch_loop``) and the Numba kernels of its steps.
 
-Both backends compute the same floating-point operations in the same order: every worker's
-gradient sum is accumulated over its b examples in visit order, and the workers' sums are added in
-worker order. That is what makes traces bitwise identical whatever the number of ranks.
+One jitted loop runs an epoch on either backend; the serial one is the MPI one with no exchange.
+Its inputs are six named records (Model, Data, UpdateRule, Observer, Exchange, Recording), built
+in one place (simulate.Run.epoch_inputs). Both backends compute the same floating-point
+operations in the same order: every worker's gradient sum is accumulated over its b examples in
+visit order, and the workers' sums are added in worker order. That is what makes traces bitwise
+identical whatever the number of ranks.
 """
+
+from typing import NamedTuple
 
 import numpy as np
 from numba import config, njit, types
@@ -22,7 +27,7 @@ STEP_KERNEL_ARGS = (_C1, _C2, _C1, types.int64[::1], _C1, _C2)
 def compile_for_steps(batch_grads) -> None:
     """Compile a problem's batch_grads, with its own options, for the step loops' argument types.
 
-    The step loops run without reference counting (``_nrt=False``, see serial_epoch), and a
+    The step loops run without reference counting (``_nrt=False``, see epoch_loop), and a
     kernel first compiled from inside one would be compiled that way too, which fails for kernels
     that allocate (softmax, mlp, users' own). Compiled here first, the loops reuse this version.
     """
@@ -34,7 +39,7 @@ def compile_for_steps(batch_grads) -> None:
         pass  # with its own options already; the loops call whichever accepts their arrays
 
 
-# takes the problem's kernel as an argument: not cacheable (numba#2956); _nrt: see serial_epoch
+# takes the problem's kernel as an argument: not cacheable (numba#2956); _nrt: see epoch_loop
 @njit(inline="always", error_model="numpy", _nrt=False)
 def worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum):
     """Gradients of one worker's next `count` examples (visit positions pos..pos+count-1).
@@ -175,7 +180,7 @@ def pack_rows(grads, count):
                 flat[target + k] = flat[source + k]
 
 
-# inline: the view is made in the calling loop's own code, which counts no references (serial_epoch)
+# inline: the view is made in the calling loop's own code, which counts no references (epoch_loop)
 @njit(inline="always", error_model="numpy")
 def packed(grads, count):
     """grads[:, :count] (m, b, d) as a C-contiguous (m, count, d) array, as the orderers' kernels
@@ -185,12 +190,16 @@ def packed(grads, count):
     return grads.reshape(-1)[:m * count * d].reshape((m, count, d))
 
 
-# What serial_epoch keeps of the steps' gradients for the orderer: nothing (rr, so, ...), every
-# gradient, or pair differences g_2k - g_2k+1 (the pair orderers' pair_difference_kernel).
-NO_GRADIENTS, GRADIENTS, PAIR_DIFFERENCES = 0, 1, 2
+# What the epoch loop does with the steps' gradients for the orderer (Observer.mode). Kept in
+# chunks (the serial backend, all workers local): nothing (rr, so, ...), every gradient, or pair
+# differences g_2k - g_2k+1 (the pair orderers' pair_difference_kernel). Per step (the MPI
+# backend): the step's local rows, observed while the exchange completes, or, for a coordinated
+# orderer, every worker's rows, exchanged and observed one step late.
+NO_GRADIENTS, GRADIENTS, PAIR_DIFFERENCES, EACH_STEP, GATHERED = range(5)
+CHUNKED = (GRADIENTS, PAIR_DIFFERENCES)
 
 
-# Doubles per chunk of serial_epoch's grads_out (docs/performance.md). Gradients: 256 KB stay in
+# Doubles per chunk of the kept gradients (docs/performance.md). Gradients: 256 KB stay in
 # L2 from the steps that write them to the orderer that reads them; mean balance walks each row
 # through the chunk's examples, and larger chunks keep a row's state in cache longer. Pair
 # differences: 16 KB stay in L1 beside the data rows the steps read (cd-grab's extra time over
@@ -198,11 +207,12 @@ NO_GRADIENTS, GRADIENTS, PAIR_DIFFERENCES = 0, 1, 2
 GRADIENT_CHUNK_DOUBLES, PAIR_CHUNK_DOUBLES = 1 << 15, 1 << 11
 
 
-def chunk_rows(store, m, n, b, d, doubles=None):
-    """Rows per worker of serial_epoch's grads_out for chunks of about `doubles` doubles (by
-    default the constants above): whole steps of gradients (at least one), or pair differences (at
-    least b: a step may end inside a pair, so two steps must fit); never more than the epoch has."""
-    if store == PAIR_DIFFERENCES:
+def chunk_rows(mode, m, n, b, d, doubles=None):
+    """Rows per worker of the chunks the loop keeps for `mode` (GRADIENTS or PAIR_DIFFERENCES),
+    for chunks of about `doubles` doubles (by default the constants above): whole steps of
+    gradients (at least one), or pair differences (at least b: a step may end inside a pair, so
+    two steps must fit); never more than the epoch has."""
+    if mode == PAIR_DIFFERENCES:
         doubles = PAIR_CHUNK_DOUBLES if doubles is None else doubles
         return min(max(b, doubles // (m * d)), (n + 1) // 2)
     doubles = GRADIENT_CHUNK_DOUBLES if doubles is None else doubles
@@ -226,85 +236,10 @@ def fold_pairs(grads, count, first, pair_rows):
 
 
 @njit(inline="always", error_model="numpy")
-def observe_rows(observe, grads_out, rows, state):
-    """observe(grads_out[:, :rows], state) on a C-contiguous (m, rows, d) array, as observe wants
+def observe_rows(observe, kept, rows, state):
+    """observe(kept[:, :rows], state) on a C-contiguous (m, rows, d) array, as observe wants
     (a short chunk packed first)."""
-    observe(grads_out if rows == grads_out.shape[1] else packed(grads_out, rows), state)
-
-
-@njit(error_model="numpy", _nrt=False)  # takes the problem's kernel: not cacheable (numba#2956)
-def serial_epoch(observe, state, store, batch_grads, x, velocity, A, y, params, order, n, b, lr,
-                 momentum, weight_decay, grads_out, idx, scratch, total, history, coef, coded,
-                 first_step, losses, timers):
-    """The serial backend's epoch, all m workers' synchronous steps in one jitted call.
-
-    Worker w's gradient sum of global step u goes to history[u mod slots, w]; the update is
-    apply_update along it (plain: a history of one slot), or with ``coded`` apply_coded_update with
-    coef[k] for the epoch's step k (coef: the epoch's (steps, k, s+1) coefficients); first_step is
-    the global index of the epoch's first step. losses[k]: the mean loss of step k.
-
-    With store == GRADIENTS, worker w's per-example gradients go to grads_out[w] (m, chunk, d) in
-    visit order, and observe(gradients, state) gets them whenever the next step would not fit and
-    at the epoch's end (observe: ``first_class(orderer kernel)``; a short chunk is packed first;
-    chunk sizes: chunk_rows). With PAIR_DIFFERENCES row k of grads_out[w] is the chunk's pair k,
-    g_2k - g_2k+1, formed as the gradients come (fold_pairs; at b = 1 a pair's first gradient is
-    written to its row directly), and observe (a pair_difference_kernel) gets the whole pairs when
-    a step ends on a pair's end and the steps up to the next one's would not fit (two steps for b
-    odd, one for b even), and at the epoch's end. Otherwise
-    the gradients go to scratch (b, d), which the two modes also use. total (d,): the update's
-    scratch. timers (2,) accumulates compute and ordering seconds.
-    Returns the steps done, or -(steps done, the diverging one included) - 1 when x stopped being
-    finite (the MPI epoch loop's count).
-
-    Compiled without Numba's reference counting (_nrt=False; it allocates nothing): the views
-    taken per worker and step would otherwise each cost two atomic operations, which wait for the
-    step's outstanding memory loads (a third of rr's epoch time at N = 200 000, d = 128).
-    """
-    m, slots = order.shape[0], history.shape[0]
-    width = grads_out.shape[1]  # with store
-    pairs = store == PAIR_DIFFERENCES
-    span = b if b % 2 == 0 else 2 * b  # positions from a pair's end to the next step ending on one
-    held = k = 0  # held: positions per worker in grads_out, not yet observed
-    pos = np.int64(0)  # not a literal 0, for which Numba would compile worker_step once more
-    finite = True
-    ordering = 0.0
-    start = seconds()
-    while pos < n:
-        count = min(b, n - pos)
-        sums = history[(first_step + k) % slots]
-        loss = 0.0
-        for w in range(m):
-            # the kernel writes straight into grads_out where it can (no copy through scratch)
-            if store == GRADIENTS:
-                out = grads_out[w, held:held + count]
-            elif pairs and count == 1 and held % 2 == 0:  # a pair's first gradient
-                out = grads_out[w, held // 2:held // 2 + 1]
-            else:
-                out = scratch
-            loss += worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count, idx,
-                                out, sums[w])
-            if pairs and (count > 1 or held % 2 == 1):
-                fold_pairs(scratch, count, held, grads_out[w])
-        finite = update_after_step(x, velocity, history, coef, k, first_step + k, count, coded, lr,
-                                   momentum, weight_decay, total)
-        losses[k] = loss / (m * count)
-        k += 1
-        if not finite:
-            break
-        pos += count
-        held += count
-        if pairs:  # observe the whole pairs when the steps up to the next pair's end would not fit
-            due = pos == n or (pos % 2 == 0 and (held + min(span, n - pos) + 1) // 2 > width)
-        else:  # observe when the next step would not fit
-            due = store == GRADIENTS and (pos == n or held + min(b, n - pos) > width)
-        if due:
-            observed = seconds()
-            observe_rows(observe, grads_out, held // 2 if pairs else held, state)
-            held = 0
-            ordering += seconds() - observed
-    timers[0] += seconds() - start - ordering
-    timers[1] += ordering
-    return k if finite else -k - 1
+    observe(kept if rows == kept.shape[1] else packed(kept, rows), state)
 
 
 @state_kernel
@@ -315,8 +250,8 @@ def no_observer(grads, state):
 
 def first_class(observe):
     """An orderer's kernel as a first-class function value (Numba's FunctionType) of its
-    C-contiguous signature. The MPI epoch loop takes it as an argument of that one type, so the
-    loop compiles once per problem, not once per orderer; the call through the pointer costs a
+    C-contiguous signature. The epoch loop takes it as a field of one type, so the loop compiles
+    once per problem (and backend), not once per orderer; the call through the pointer costs a
     few ns per step."""
     if config.DISABLE_JIT:
         return observe
@@ -325,133 +260,265 @@ def first_class(observe):
     return CompileResultWAP(observe.overloads[OBSERVE_ARGS])
 
 
-_MPI_EPOCHS = {}
+# -- the epoch loop's inputs -------------------------------------------------------------------------
+class Model(NamedTuple):
+    """What the steps train: the parameters (d,) and the momentum's velocity (d,)."""
+    x: np.ndarray
+    velocity: np.ndarray
 
 
-def mpi_epoch(batch_grads):
-    """The MPI backend's epoch: every step, its exchange and the orderer's kernel inside one jitted
-    function, compiled once per problem kernel:
+class Data(NamedTuple):
+    """This rank's examples and the epoch's visits: local worker w's example e is row w n + e of
+    A; order (local, n) the epoch's visit order of its workers; b examples per worker and step
+    (the last step shorter); idx (b,) int64 scratch for a step's rows."""
+    A: np.ndarray
+    y: np.ndarray
+    params: np.ndarray
+    order: np.ndarray
+    n: int
+    b: int
+    idx: np.ndarray
 
-        steps = epoch(observe, x, velocity, lr, momentum, weight_decay, A, y, params, order, n,
-                      b, idx, grads, local_sums, local_loss, total, history, coef, coded,
-                      first_step, coordinated, gathered, all_loss, trace_every, trace_loss,
-                      state, link, timers)
 
-    A step: the previous step's update (apply_update along the gathered sums, or with ``coded``
-    apply_coded_update along history and coef[k - 1]); the local workers' gradients and sums for
-    the next b visit positions; one exchange between the ranks (node_exchange's publish and
-    collect along ``link``: an Allgather's result) — of the sums into history[step mod slots],
-    or with ``coordinated`` of the gradients into ``gathered``, summed per worker there (at b = 1
-    a gradient is its worker's sum: gathered into history directly); between
-    publish and collect observe(gradients, state) on the local rows, or, when coordinated, on
-    every worker's rows of the step before (observe: ``first_class(orderer kernel)``; a short
-    last step packs its rows in place first); every ``trace_every`` steps one more exchange, of
-    the losses, into ``trace_loss[k]``. The last update (and a coordinated orderer's last
-    observe) follows the loop. Returns the steps done, or -(steps done) - 1 when x stopped being
-    finite. timers (3,) accumulates compute, communication and ordering seconds (jit_clock);
-    total (d,) is the update's scratch. When an exchange gives up waiting (node_exchange.STALLED)
-    the loop returns at once, with the step in the link's limits (ordersim/stall.py).
+class UpdateRule(NamedTuple):
+    """The update after each step (update_after_step): plain, along history[step mod slots]
+    (one slot), or with ``coded`` along coef[k] (the epoch's (steps, k, s+1) coefficients) and
+    the partition sums in history (s+1, m, d); first_step the epoch's first global step; total
+    (d,) scratch."""
+    lr: float
+    momentum: float
+    weight_decay: float
+    history: np.ndarray
+    coef: np.ndarray
+    coded: bool
+    first_step: int
+    total: np.ndarray
 
-    The operations are the serial backend's, in the same order (worker_step, row_sums,
-    apply_update), so the traces are bitwise the serial ones. Python-level calls per step cost
-    more than the step itself at small b (dispatch of ~20 arguments, mpi4py's wrapper): hence one
-    call per epoch, with the problem's kernel bound in the closure.
+
+class Observer(NamedTuple):
+    """The orderer's part: mode (NO_GRADIENTS, ...), observe = first_class(its kernel) and its
+    state; kept: the gradients the mode keeps, (m, chunk_rows, d) chunks or (local, b, d) per
+    step; scratch (b, d) for the gradients it does not keep."""
+    mode: int
+    observe: object
+    state: np.ndarray
+    kept: np.ndarray
+    scratch: np.ndarray
+
+
+class Exchange(NamedTuple):
+    """Between the ranks, along link (MPIBackend.exchange_link): the local workers' sums
+    (local, d) and losses (local, 1), and, gathered from every rank, losses (m, 1) and for
+    GATHERED every worker's gradients (m, b, d). The serial backend passes None instead: the
+    sums go straight to the history and the losses are summed in place."""
+    link: tuple
+    local_sums: np.ndarray
+    local_loss: np.ndarray
+    all_loss: np.ndarray
+    gathered: np.ndarray
+
+
+class Recording(NamedTuple):
+    """What the epoch leaves behind: the mean loss of every trace_every-th global step into
+    trace_loss[k] (k: the epoch's step), and timers (3,) += compute, communication and ordering
+    seconds (jit_clock)."""
+    trace_every: int
+    trace_loss: np.ndarray
+    timers: np.ndarray
+
+
+class EpochInputs(NamedTuple):
+    """The epoch loop's arguments, in its order."""
+    model: Model
+    data: Data
+    rule: UpdateRule
+    observer: Observer
+    exchange: Exchange | None
+    recording: Recording
+
+
+_EPOCH_LOOPS = {}
+
+
+def epoch_loop(batch_grads, exchanging: bool = False):
+    """The epoch of both backends, every step, its exchange and the orderer's kernel in one jitted
+    call, compiled once per problem kernel (and once more for the MPI backend's exchange):
+
+        steps = epoch_loop(batch_grads, exchanging)(model, data, rule, observer, exchange, recording)
+
+exchanging: the MPI backend's version, whose exchange is an Exchange (the other takes None and
+needs no MPI library).
+
+    A step: the previous step's update (UpdateRule); the local workers' gradients and their sums
+    for the next b visit positions (worker_step), in worker order; with an Exchange, one exchange
+    between the ranks (node_exchange's publish and collect along its link: an Allgather's result)
+    of the sums into history[step mod slots], or for GATHERED of the gradients into
+    ``gathered``, summed per worker there (at b = 1 a gradient is its worker's sum: gathered into
+    history directly); between publish and collect the orderer observes the step's local rows
+    (EACH_STEP), or every worker's rows of the step before (GATHERED; a short last step packs its
+    rows in place first). Without one (the serial backend) the sums go to the history directly,
+    and a CHUNKED mode keeps the gradients: worker w's go to kept[w] (m, chunk, d) in visit order,
+    and observe gets them whenever the next step would not fit and at the epoch's end (a short
+    chunk is packed first; chunk sizes: chunk_rows). For PAIR_DIFFERENCES row k of kept[w] is the
+    chunk's pair k, g_2k - g_2k+1, formed as the gradients come (fold_pairs; at b = 1 a pair's
+    first gradient is written to its row directly), and observe (a pair_difference_kernel) gets
+    the whole pairs when a step ends on a pair's end and the steps up to the next one's would not
+    fit (two steps for b odd, one for b even), and at the epoch's end. Every trace_every steps
+    the step's loss (with an Exchange: one more exchange, of the losses) goes to the Recording.
+    The last update (and a GATHERED orderer's last observe) follows the loop.
+
+    Returns the steps done, or -(steps done, the diverging one included) - 1 when x stopped being
+    finite. When an exchange gives up waiting (node_exchange.STALLED) the loop returns at once,
+    with the step in the link's limits (ordersim/stall.py).
+
+    Every worker's gradient sum is accumulated over its b examples in visit order, and the
+    workers' sums are added in worker order, whichever rank computed them: the traces are bitwise
+    the same on any number of ranks. Python-level calls per step cost more than the step itself
+    at small b (dispatch of ~20 arguments, mpi4py's wrapper): hence one call per epoch, with the
+    problem's kernel bound in the closure. Compiled without Numba's reference counting
+    (_nrt=False; it allocates nothing): the views taken per worker and step would otherwise each
+    cost two atomic operations, which wait for the step's outstanding memory loads (a third of
+    rr's serial epoch at N = 200 000, d = 128); without the GIL: the stall watchdog's thread must
+    run while it waits in an exchange.
     """
-    kernel = _MPI_EPOCHS.get(batch_grads)
+    kernel = _EPOCH_LOOPS.get((batch_grads, exchanging))
     if kernel is not None:
         return kernel
-    from ordersim.node_exchange import STALLED, collect, exchange, publish
-    from ordersim.stall import STEP
+    if exchanging:
+        from ordersim.node_exchange import STALLED, collect, exchange as exchange_rows, publish
+        from ordersim.stall import STEP
+    else:  # only named in the branches an exchange of None removes at compile time
+        STALLED, STEP, collect, exchange_rows, publish = -1, 0, None, None, None
 
-    # no reference counting: see serial_epoch; without the GIL: the stall watchdog's thread must
-    # run while this waits in an exchange (ordersim/stall.py)
     @njit(error_model="numpy", _nrt=False, nogil=True)
-    def kernel(observe, x, velocity, lr, momentum, weight_decay, A, y, params, order, n, b, idx,
-               grads, local_sums, local_loss, total, history, coef, coded, first_step,
-               coordinated, gathered, all_loss, trace_every, trace_loss, state, link, timers):
-        local, d = grads.shape[0], grads.shape[2]
+    def kernel(model, data, rule, observer, exchange, recording):
+        x, velocity = model.x, model.velocity
+        A, y, params, order, n, b, idx = data.A, data.y, data.params, data.order, data.n, data.b, data.idx
+        history, coef, total = rule.history, rule.coef, rule.total
+        mode, observe, state, kept, scratch = (observer.mode, observer.observe, observer.state,
+                                               observer.kept, observer.scratch)
+        local, d = order.shape[0], x.shape[0]
         slots, m = history.shape[0], history.shape[1]
-        k = last_count = 0
-        pos = np.int64(0)  # not a literal 0: see serial_epoch
+        width = kept.shape[1]  # of a CHUNKED mode's chunks
+        pairs = mode == PAIR_DIFFERENCES
+        span = b if b % 2 == 0 else 2 * b  # positions from a pair's end to the next step ending on one
+        held = k = last_count = 0  # held: positions per worker kept in a chunk, not yet observed
+        pos = np.int64(0)  # not a literal 0, for which Numba would compile worker_step once more
         compute = communicate = ordering = 0.0
         finite = True
         status = 0  # of the step's exchanges: STALLED ends the loop
-        previous = gathered  # a coordinated orderer's gradients of the step before
+        previous = kept  # GATHERED: every worker's gradients of the step before
         while pos < n:
             count = min(b, n - pos)
-            step = first_step + k
+            step = rule.first_step + k
             t0 = seconds()
             if k > 0:
-                finite = update_after_step(x, velocity, history, coef, k - 1, step - 1,
-                                           last_count, coded, lr, momentum, weight_decay, total)
+                finite = update_after_step(x, velocity, history, coef, k - 1, step - 1, last_count,
+                                           rule.coded, rule.lr, rule.momentum, rule.weight_decay, total)
                 if not finite:
                     break
+            sums = history[step % slots] if exchange is None else exchange.local_sums
+            loss = 0.0
             for w in range(local):
-                local_loss[w, 0] = worker_step(batch_grads, x, A, y, params, order, w, w * n, pos,
-                                               count, idx, grads[w], local_sums[w])
-            local_grads, all_grads = grads, gathered
-            if count < b:  # the short last step: C-contiguous (·, count, d) views, as observe wants
-                local_grads = packed(grads, count)
-                if coordinated:
-                    all_grads = gathered.reshape(-1)[:m * count * d].reshape((m, count, d))
-            t1 = seconds()
-            # publish, then the orderer while the other ranks catch up, then collect: with the
-            # shared-memory exchange the orderer's work overlaps the wait (node_exchange.py). A
-            # coordinated orderer observes every worker's gradients, so one step late.
-            if coordinated:
-                publish(local_grads, link)
-            else:
-                publish(local_sums, link)
-            t2 = seconds()
-            if not coordinated:
-                observe(local_grads, state)
-            elif k > 0:
-                observe(previous, state)
-            t3 = seconds()
-            if coordinated:
-                if b == 1:  # a worker's gradient is its sum (the updates add it to 0.0 either way)
-                    all_grads = history[step % slots].reshape((m, 1, d))
-                status = collect(local_grads, all_grads, link)
-                if b > 1:
-                    row_sums(all_grads, history[step % slots])
-                previous = all_grads
-            else:
-                status = collect(local_sums, history[step % slots], link)
-            if status == STALLED:
-                break
-            if trace_every > 0 and step % trace_every == 0:
-                status = exchange(local_loss, all_loss, link)
+                # the kernel writes straight into kept where it can (no copy through scratch)
+                if mode == GRADIENTS:
+                    out = kept[w, held:held + count]
+                elif pairs and count == 1 and held % 2 == 0:  # a pair's first gradient
+                    out = kept[w, held // 2:held // 2 + 1]
+                elif mode == EACH_STEP or mode == GATHERED:
+                    out = kept[w]
+                else:
+                    out = scratch
+                worker_loss = worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count,
+                                          idx, out, sums[w])
+                if pairs and (count > 1 or held % 2 == 1):
+                    fold_pairs(scratch, count, held, kept[w])
+                if exchange is None:
+                    loss += worker_loss
+                else:
+                    exchange.local_loss[w, 0] = worker_loss
+            if exchange is not None:
+                t1 = seconds()
+                link, gathered = exchange.link, exchange.gathered
+                local_grads, all_grads = kept, gathered
+                if count < b and (mode == EACH_STEP or mode == GATHERED):
+                    # the short last step: C-contiguous (·, count, d) views, as observe wants
+                    local_grads = packed(kept, count)
+                    if mode == GATHERED:
+                        all_grads = gathered.reshape(-1)[:m * count * d].reshape((m, count, d))
+                # publish, then the orderer while the other ranks catch up, then collect: with the
+                # shared-memory exchange the orderer's work overlaps the wait (node_exchange.py). A
+                # GATHERED orderer observes every worker's gradients, so one step late.
+                if mode == GATHERED:
+                    publish(local_grads, link)
+                else:
+                    publish(exchange.local_sums, link)
+                t2 = seconds()
+                if mode == EACH_STEP:
+                    observe(local_grads, state)
+                elif mode == GATHERED and k > 0:
+                    observe(previous, state)
+                t3 = seconds()
+                if mode == GATHERED:
+                    if b == 1:  # a worker's gradient is its sum (the updates add it to 0.0 either way)
+                        all_grads = history[step % slots].reshape((m, 1, d))
+                    status = collect(local_grads, all_grads, link)
+                    if b > 1:
+                        row_sums(all_grads, history[step % slots])
+                    previous = all_grads
+                else:
+                    status = collect(exchange.local_sums, history[step % slots], link)
                 if status == STALLED:
                     break
-                step_loss = 0.0
-                for w in range(m):  # in worker order, as sum_in_worker_order
-                    step_loss += all_loss[w, 0]
-                trace_loss[k] = step_loss / (m * count)
+            if recording.trace_every > 0 and step % recording.trace_every == 0:
+                if exchange is not None:
+                    status = exchange_rows(exchange.local_loss, exchange.all_loss, exchange.link)
+                    if status == STALLED:
+                        break
+                    for w in range(m):  # in worker order, as the serial loop above
+                        loss += exchange.all_loss[w, 0]
+                recording.trace_loss[k] = loss / (m * count)
             t4 = seconds()
-            compute += t1 - t0
-            communicate += (t2 - t1) + (t4 - t3)
-            ordering += t3 - t2
+            if exchange is None:
+                compute += t4 - t0
+            else:
+                compute += t1 - t0
+                communicate += (t2 - t1) + (t4 - t3)
+                ordering += t3 - t2
             last_count = count
             pos += count
+            held += count
             k += 1
-        if status == STALLED:  # the caller raises Stalled (MPIBackend.run_steps)
-            link[5][STEP] = k
-            return k
-        if coordinated and k > 0:
+            if pairs:  # observe the whole pairs when the steps up to the next pair's end would not fit
+                due = pos == n or (pos % 2 == 0 and (held + min(span, n - pos) + 1) // 2 > width)
+            else:  # observe when the next step would not fit
+                due = mode == GRADIENTS and (pos == n or held + min(b, n - pos) > width)
+            if due:
+                t0 = seconds()
+                observe_rows(observe, kept, held // 2 if pairs else held, state)
+                held = 0
+                ordering += seconds() - t0
+        if exchange is not None:
+            if status == STALLED:  # the caller raises Stalled (MPIBackend.run_steps)
+                exchange.link[5][STEP] = k
+                return k
+        if mode == GATHERED and k > 0:
             t0 = seconds()
             observe(previous, state)
             ordering += seconds() - t0
         if finite and k > 0:
             t0 = seconds()
-            finite = update_after_step(x, velocity, history, coef, k - 1, first_step + k - 1,
-                                       last_count, coded, lr, momentum, weight_decay, total)
+            finite = update_after_step(x, velocity, history, coef, k - 1, rule.first_step + k - 1,
+                                       last_count, rule.coded, rule.lr, rule.momentum,
+                                       rule.weight_decay, total)
             compute += seconds() - t0
+        timers = recording.timers
         timers[0] += compute
         timers[1] += communicate
         timers[2] += ordering
         return k if finite else -k - 1
 
-    _MPI_EPOCHS[batch_grads] = kernel
+    _EPOCH_LOOPS[(batch_grads, exchanging)] = kernel
     return kernel
 
 

@@ -4,7 +4,8 @@ One code path drives both backends (ordersim.backend): a rank hosts workers firs
 only their shards. Per step, every worker's gradient sum over its b examples is computed, the
 workers' sums are gathered (all of every worker's gradients for a coordinated orderer such as
 cd-grab) and added in worker order, so the result is the same bit for bit on any number of ranks.
-The serial backend runs whole chunks of steps inside one jitted call (ordersim.engine).
+An epoch is one call of the jitted loop both backends share (engine.epoch_loop), its inputs built
+in one place (Run.epoch_inputs).
 """
 
 import math
@@ -32,7 +33,7 @@ from ordersim.stragglers import clock_from_config, config_error as straggler_con
 from ordersim.trace import NoTrace, TraceWriter
 from problems import make_problem, problem_class
 
-NO_COEFFICIENTS = np.zeros((1, 1, 1))  # the coef argument of plain (not decoded) updates
+NO_COEFFICIENTS = np.zeros((1, 1, 1))  # the coefficients of plain (not decoded) updates
 # Bound on the doubles a chunk buffer holds (herding's step sums).
 CHUNK_DOUBLES = 1 << 20
 
@@ -355,15 +356,16 @@ class Run:
         """One epoch; False when the run diverged."""
         order = self.timed("order_time", self.orderer.begin_epoch)[self.own_rows]
         first_step = self.step
-        # Decoded schemes (ignore-stragglers, pipelined GC) update along coef-weighted partition
-        # sums kept in self.history (engine.apply_coded_update); all others along the plain sum.
         coef = None
         if self.coded:
             coef = self.clock.update_coefficients(first_step, self.steps_per_epoch, self.n, self.b)
-        if self.setup.backend.size == 1:
-            ok = self._serial_epoch(epoch, order, lr, coef)
-        else:
-            ok = self._mpi_epoch(epoch, order, lr, coef)
+        kernel, inputs = self.epoch_inputs(order, lr, coef)
+        done = self.setup.backend.run_steps(kernel, *inputs)
+        # the steps done are traced; after a divergence up to the diverging one
+        self._record_steps(epoch, inputs.recording.trace_loss[:done if done >= 0 else -done - 1])
+        for key, seconds in zip(("compute_time", "comm_time", "order_time"), inputs.recording.timers):
+            self.timers[key] += seconds
+        ok = done >= 0
         if ok:
             self.timed("order_time", self.orderer.end_epoch)
             if self.clock:
@@ -372,69 +374,54 @@ class Run:
                                  self.setup.config.epochs * self.steps_per_epoch)
         return ok
 
-    def _update_inputs(self, coef):
-        """(history, coef, coded) for the step loops: a plain update sums along a history of one
-        slot and takes no coefficients; a decoded one along self.history (the partition sums of
-        the last s + 1 steps) with the epoch's coefficients."""
-        if coef is None:
-            return aligned.empty((1, self.m, self.d)), NO_COEFFICIENTS, False
-        return self.history, coef, True
+    def epoch_inputs(self, order, lr, coef) -> tuple:
+        """(the epoch loop, its inputs: engine.EpochInputs) for one epoch along `order` (this
+        rank's rows) at step size lr; coef: a decoded scheme's update coefficients, or None.
+        Everything the loop touches is allocated here, once per epoch.
 
-    def _serial_epoch(self, epoch, order, lr, coef):
-        s, config = self.setup, self.setup.config
-        m, n, b, d = self.m, self.n, self.b, self.d
-        # One jitted call per epoch (engine.serial_epoch); the orderer observes the gradients (or
-        # pair differences) a chunk at a time, from inside it (engine.chunk_rows).
-        orderer = self.orderer
-        if orderer.pair_difference_kernel is not None:
-            store, kernel = engine.PAIR_DIFFERENCES, orderer.pair_difference_kernel
-        elif orderer.needs_gradients:
-            store, kernel = engine.GRADIENTS, orderer.kernel
-        else:
-            store, kernel = engine.NO_GRADIENTS, engine.no_observer
-        rows = engine.chunk_rows(store, m, n, b, d)
-        grads_out = aligned.empty((m, rows, d) if store != engine.NO_GRADIENTS else (1, 1, 1))
-        observe = engine.first_class(kernel)
-        state = orderer.state if store != engine.NO_GRADIENTS else np.zeros(1, dtype=np.int64)
-        history, coef, coded = self._update_inputs(coef)
-        losses = np.empty(self.steps_per_epoch)
-        timers = np.zeros(2)
-        done = engine.serial_epoch(observe, state, store, s.problem.batch_grads, self.x,
-                                   self.velocity, s.A, s.y, s.problem.params, order, n, b, lr,
-                                   config.momentum, config.weight_decay, grads_out, self.idx,
-                                   aligned.empty((b, d)), aligned.empty(d), history, coef, coded, self.step,
-                                   losses, timers)
-        # the steps done are traced; after a divergence up to the diverging one, as under MPI
-        self._record_steps(epoch, losses[:done if done >= 0 else -done - 1])
-        self.timers["compute_time"] += timers[0]
-        self.timers["order_time"] += timers[1]
-        return done >= 0
-
-    def _mpi_epoch(self, epoch, order, lr, coef):
-        s, config = self.setup, self.setup.config
+        The serial backend keeps the gradients (or a pair orderer's pair differences) in chunks,
+        observed from inside the loop (engine.chunk_rows); the MPI backend exchanges every step's
+        sums (a coordinated orderer's gradients) and observes per step, between the exchange's
+        two halves."""
+        s, config, orderer = self.setup, self.setup.config, self.orderer
         m, n, b, d, local = self.m, self.n, self.b, self.d, self.local
-        # The whole epoch is one jitted call (engine.mpi_epoch): per step the update, the local
-        # gradients, one exchange between the ranks from inside the jitted code and the orderer's
-        # state kernel. Everything it touches is allocated here, once per epoch.
-        history, coef, coded = self._update_inputs(coef)
-        gradients = self.orderer.needs_gradients
-        kernel = engine.mpi_epoch(s.problem.batch_grads)
-        observe = engine.first_class(self.orderer.kernel if gradients else engine.no_observer)
-        state = self.orderer.state if gradients else np.zeros(1, dtype=np.int64)
-        grads = aligned.empty((local, b, d))
-        gathered = aligned.empty((m, b, d) if self.coordinated else (1, 1, 1))
-        trace_loss = np.full(self.steps_per_epoch, np.nan)  # filled every trace_every steps
-        timers = np.zeros(3)
-        link = s.backend.exchange_link(gathered.size // s.backend.size if self.coordinated else local * d)
-        done = s.backend.run_steps(
-            kernel, observe, self.x, self.velocity, lr, config.momentum, config.weight_decay, s.A,
-            s.y, s.problem.params, order, n, b, self.idx, grads, aligned.empty((local, d)),
-            np.empty((local, 1)), aligned.empty(d), history, coef, coded, self.step, self.coordinated,
-            gathered, np.empty((m, 1)), config.trace_every, trace_loss, state, link, timers)
-        self._record_steps(epoch, trace_loss[:done if done >= 0 else -done - 1])
-        for key, seconds in zip(("compute_time", "comm_time", "order_time"), timers):
-            self.timers[key] += seconds
-        return done >= 0
+        serial = s.backend.size == 1
+        if not orderer.needs_gradients:
+            mode, kernel = engine.NO_GRADIENTS, engine.no_observer
+        elif not serial:
+            mode, kernel = (engine.GATHERED if self.coordinated else engine.EACH_STEP), orderer.kernel
+        elif orderer.pair_difference_kernel is not None:
+            mode, kernel = engine.PAIR_DIFFERENCES, orderer.pair_difference_kernel
+        else:
+            mode, kernel = engine.GRADIENTS, orderer.kernel
+        if mode in engine.CHUNKED:
+            kept = aligned.empty((m, engine.chunk_rows(mode, m, n, b, d), d))
+        elif mode in (engine.EACH_STEP, engine.GATHERED):
+            kept = aligned.empty((local, b, d))
+        else:
+            kept = aligned.empty((1, 1, 1))
+        state = orderer.state if orderer.needs_gradients else np.zeros(1, dtype=np.int64)
+        # Decoded schemes (ignore-stragglers, pipelined GC) update along coef-weighted partition
+        # sums kept in self.history (engine.apply_coded_update); the others along the plain sum
+        # of one step (a history of one slot, no coefficients).
+        history = self.history if coef is not None else aligned.empty((1, m, d))
+        exchange = None
+        if not serial:
+            gathered = aligned.empty((m, b, d) if mode == engine.GATHERED else (1, 1, 1))
+            link = s.backend.exchange_link(gathered.size // s.backend.size if mode == engine.GATHERED
+                                           else local * d)
+            exchange = engine.Exchange(link, aligned.empty((local, d)), np.empty((local, 1)),
+                                       np.empty((m, 1)), gathered)
+        inputs = engine.EpochInputs(
+            engine.Model(self.x, self.velocity),
+            engine.Data(s.A, s.y, s.problem.params, order, int(n), int(b), self.idx),
+            engine.UpdateRule(float(lr), float(config.momentum), float(config.weight_decay), history,
+                              NO_COEFFICIENTS if coef is None else coef, coef is not None, int(self.step),
+                              aligned.empty(d)),
+            engine.Observer(mode, engine.first_class(kernel), state, kept, aligned.empty((b, d))),
+            exchange,
+            engine.Recording(int(config.trace_every), np.full(self.steps_per_epoch, np.nan), np.zeros(3)))
+        return engine.epoch_loop(s.problem.batch_grads, exchanging=not serial), inputs
 
     def _record_steps(self, epoch, losses):
         """Trace every trace_every-th global step of these (losses: one per step) and count them."""

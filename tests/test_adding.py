@@ -58,7 +58,7 @@ def test_worked_example_matches_its_reference(example, m, n, d, b, options):
 
 @pytest.mark.parametrize("b", [1, 2])
 def test_worked_example_observes_inside_the_serial_epoch_loop(example, b):
-    """The kernel, handed chunks of three steps from inside engine.serial_epoch, builds the order
+    """The kernel, handed chunks of three steps from inside the serial epoch loop, builds the order
     its reference builds from the whole epoch's gradients (identity orders: visit position t is
     example t)."""
     NormSort, norm_sort = example

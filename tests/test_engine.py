@@ -40,25 +40,28 @@ def reference_sgd(A, y, orders, lam, b, lr, momentum, weight_decay, steps):
 
 def epoch_from_zero(kernel, A, y, orders, params, b, lr, momentum=0.0, weight_decay=0.0,
                     grads_out=None, orderer=None, store=engine.GRADIENTS):
-    """engine.serial_epoch from x = 0 over the orders; with grads_out, the gradients (or with
-    store=PAIR_DIFFERENCES the pair differences) are kept there and observed by ``orderer`` (its
-    begun epoch; none: an observer that does nothing). Returns (steps done or the divergence code,
-    x, losses)."""
+    """engine.epoch_loop as the serial backend runs it (no exchange) from x = 0 over the orders;
+    with grads_out, the gradients (or with store=PAIR_DIFFERENCES the pair differences) are kept
+    there and observed by ``orderer`` (its begun epoch; none: an observer that does nothing).
+    Returns (steps done or the divergence code, x, the loss of every step)."""
     steps = -(-orders.shape[1] // b)
-    x, velocity, losses = np.zeros(P), np.zeros(P), np.full(steps, np.nan)
+    x, velocity = np.zeros(P), np.zeros(P)
     if grads_out is None:
         store = engine.NO_GRADIENTS
     observe = engine.no_observer
     if orderer:
         observe = orderer.pair_difference_kernel if store == engine.PAIR_DIFFERENCES else orderer.kernel
     state = orderer.state if orderer else np.zeros(1, dtype=np.int64)
-    done = engine.serial_epoch(engine.first_class(observe), state, store, kernel, x, velocity, A, y,
-                               params, orders, orders.shape[1], b, lr, momentum, weight_decay,
-                               np.empty((1, 1, 1)) if grads_out is None else grads_out,
-                               np.empty(b, dtype=np.int64), np.empty((b, P)), np.empty(P),
-                               np.empty((1, M, P)), np.zeros((1, 1, 1)), False, 0, losses,
-                               np.zeros(2))
-    return done, x, losses
+    recording = engine.Recording(1, np.full(steps, np.nan), np.zeros(3))  # every step's loss
+    done = engine.epoch_loop(kernel)(
+        engine.Model(x, velocity),
+        engine.Data(A, y, params, orders, orders.shape[1], b, np.empty(b, dtype=np.int64)),
+        engine.UpdateRule(lr, momentum, weight_decay, np.empty((1, M, P)), np.zeros((1, 1, 1)), False, 0,
+                          np.empty(P)),
+        engine.Observer(store, engine.first_class(observe), state,
+                        np.empty((1, 1, 1)) if grads_out is None else grads_out, np.empty((b, P))),
+        None, recording)
+    return done, x, recording.trace_loss
 
 
 @pytest.mark.parametrize("store", [engine.NO_GRADIENTS, engine.GRADIENTS, engine.PAIR_DIFFERENCES])

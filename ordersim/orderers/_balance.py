@@ -169,7 +169,7 @@ def pair_balance_observe(grads, state, start):
 def pair_difference_observe(differences, state):
     """PairBalance (walk_pairs) on differences (m, p, d) already formed: v = g_2k - g_2k+1 of
     every worker's next p pairs (the serial backend forms them as the gradients come, so that the
-    walk reads one vector per pair and the steps keep half as many rows; engine.serial_epoch).
+    walk reads one vector per pair and the steps keep half as many rows; engine.epoch_loop).
     Calls take whole pairs; with n odd the call that reaches position n - 1 also counts the last
     example, which has no partner. A call without pairs is allowed at the end of the rows (it
     counts that example if n = 1, and does nothing once every example is counted). Returns p, or

@@ -3,7 +3,7 @@
 two in one pass (the shared walk's update followed by its next pair's dot product).
 
 Every function takes b = None for a vector v = a that is already the difference (the pair walk
-over differences formed as the gradients come, engine.serial_epoch): then a alone is read, and
+over differences formed as the gradients come, engine.epoch_loop): then a alone is read, and
 the results are bitwise those for (a, zeros), as a - 0.0 = a.
 
 The dot product's association is fixed, so that every orderer, backend and the references in
