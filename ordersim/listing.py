@@ -15,6 +15,6 @@ def orderers(argv: list[str]) -> int:
 
 
 def problems(argv: list[str]) -> int:
-    from problems import available_problems
+    from ordersim.problems import available_problems
 
     return _print(available_problems())

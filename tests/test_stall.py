@@ -89,7 +89,7 @@ STOPPING_PROBLEM = textwrap.dedent('''
     import signal
 
     from mpi4py import MPI
-    from problems.logistic import Logistic
+    from ordersim.problems.logistic import Logistic
 
     class StoppingLogistic(Logistic):
         """Logistic regression whose last rank stops itself (SIGSTOP) as the second run starts
