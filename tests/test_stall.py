@@ -16,7 +16,8 @@ import pytest
 from conftest import ROOT, mpiexec_path
 from test_simulator import open_when_released, rank_pid
 
-from ordersim.stall import EXIT_STALLED, SIGNAL_GRACE_SECONDS
+from ordersim.config import SIGNAL_GRACE_SECONDS
+from ordersim.stall import EXIT_STALLED
 
 # A timeout the ranks' compile skew (the first epoch's kernels, 2 cores shared by 4 ranks) stays
 # well below: a waiting peer that still compiles is a real wait too.
