@@ -1,6 +1,6 @@
 """Convergence: train loss, suboptimality, gradient norm and test accuracy per orderer.
 
-    python -m analysis.convergence FILE.h5 [FILE.h5 ...] --out DIR [--band minmax|std]
+    python -m ordersim.analysis.convergence FILE.h5 [FILE.h5 ...] --out DIR [--band minmax|std]
                                    [--x epochs time sim_time]
 
 Writes DIR/convergence_epochs.{png,pdf} (against epochs), DIR/convergence_time.{png,pdf}
@@ -20,7 +20,7 @@ import warnings
 
 import numpy as np
 
-from analysis import style
+from ordersim.analysis import style
 
 # dataset -> axis label (with units), scale factor (accuracies stored as fractions shown in %)
 LABELS = {
@@ -82,7 +82,7 @@ def plot(df, out, band_kind="minmax", names=DEFAULT_METRICS, x_axes=None):
 
 
 def main(argv=None) -> int:
-    p = style.parser("analysis.convergence", __doc__)
+    p = style.parser("ordersim.analysis.convergence", __doc__)
     p.add_argument("--metrics", nargs="+", choices=tuple(LABELS), default=list(DEFAULT_METRICS), metavar="NAME",
                    help=f"per-epoch datasets to plot, one panel each (those absent from the files are skipped); "
                         f"choices: {', '.join(LABELS)}")

@@ -1,6 +1,6 @@
 """Fit the rate exponents of the final error against m and n and compare them with the theory.
 
-    python -m analysis.fit FILE.h5 [FILE.h5 ...] [--metric auto|suboptimality|gap|grad_norm_sq]
+    python -m ordersim.analysis.fit FILE.h5 [FILE.h5 ...] [--metric auto|suboptimality|gap|grad_norm_sq]
                            [--setting auto|pl|nonconvex] [--epoch T] [--level 0.95] [--out DIR]
 
 Prints one row per (variable, orderer): the cells fitted (one cell = one value of m or n), the
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from analysis import style, theory
+from ordersim.analysis import style, theory
 
 VARIABLE_COLUMN = {"m": "workers", "n": "examples_per_worker"}
 METRICS = ("auto", "suboptimality", "gap", "grad_norm_sq")
@@ -200,7 +200,7 @@ def add_arguments(p: argparse.ArgumentParser):
 
 
 def main(argv=None) -> int:
-    p = style.base_parser("analysis.fit", __doc__)
+    p = style.base_parser("ordersim.analysis.fit", __doc__)
     p.add_argument("files", nargs="+", metavar="FILE.h5", help="ordersim trace files (docs/trace-format.md)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR", help="also write the table to DIR/fit.csv")
     add_arguments(p)

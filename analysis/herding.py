@@ -1,6 +1,6 @@
 """Parallel herding per epoch per orderer, against the sqrt(n) and log(n) reference curves.
 
-    python -m analysis.herding FILE.h5 [FILE.h5 ...] --out DIR [--norm inf|2] [--band minmax|std]
+    python -m ordersim.analysis.herding FILE.h5 [FILE.h5 ...] --out DIR [--norm inf|2] [--band minmax|std]
 
 DIR/herding_epochs.{png,pdf}: herding of the order used in epoch t+1 (dataset herding_inf or
 herding_2) against t, one panel per configuration (m, n, b), one line per orderer (mean over seeds
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis import style
+from ordersim.analysis import style
 
 NORM_LABEL = {"inf": r"$\|\cdot\|_\infty$", "2": r"$\|\cdot\|_2$"}
 
@@ -106,7 +106,7 @@ def plot(df, out, norm="inf", band_kind="minmax"):
 
 
 def main(argv=None) -> int:
-    p = style.parser("analysis.herding", __doc__)
+    p = style.parser("ordersim.analysis.herding", __doc__)
     p.add_argument("--norm", choices=("inf", "2"), default="inf",
                    help="herding norm: the dataset herding_inf (the CD-GraB paper's) or herding_2")
     args = style.parse(p, argv)

@@ -1,6 +1,6 @@
 """The random-vector parallel herding experiment as the CD-GraB paper's figure.
 
-    python -m analysis.herding_sim HERDING.h5 [HERDING.h5 ...] --out DIR [--band minmax|std] [--linear]
+    python -m ordersim.analysis.herding_sim HERDING.h5 [HERDING.h5 ...] --out DIR [--band minmax|std] [--linear]
 
 Input: files written by ``python -m ordersim herding-sim`` (docs/herding_sim.md); several files
 (e.g. one per --seed) are combined, and the band is then over seeds. Writes DIR/herding_sim.{png,pdf}:
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis import style
-from analysis.herding import REFERENCE_LABELS
-from analysis.load import load_herding_sim
+from ordersim.analysis import style
+from ordersim.analysis.herding import REFERENCE_LABELS
+from ordersim.analysis.load import load_herding_sim
 
 
 def draw(df, band_kind="minmax", log=True, title=None):
@@ -60,7 +60,7 @@ def plot(df, out, band_kind="minmax", log=True, title=None, name="herding_sim"):
 
 
 def main(argv=None) -> int:
-    p = style.parser("analysis.herding_sim", __doc__,
+    p = style.parser("ordersim.analysis.herding_sim", __doc__,
                      files_help="files written by python -m ordersim herding-sim (docs/herding_sim.md)")
     p.add_argument("--linear", action="store_true", help="linear y axis instead of log")
     args = style.parse(p, argv)

@@ -120,7 +120,7 @@ def command(name: str, values: dict, quick: bool, results: Path | None) -> list[
 
 # -- reading the traces -------------------------------------------------------------------------------
 def runs_table(files):
-    from analysis import style
+    from ordersim.analysis import style
 
     df = style.load([str(f) for f in files])
     df["label"] = df["orderer"]
@@ -150,7 +150,7 @@ def numbers(values: dict) -> str:
 # -- the experiments' figures and checks ------------------------------------------------------------
 def curves(df, panels, out: Path, name: str, title: str, x: str = "epoch"):
     """One panel per (column, y label, log y): mean and min-max band over seeds, per orderer."""
-    from analysis import style
+    from ordersim.analysis import style
 
     fig, axes = style.figure(len(panels), width=3.4, height=2.6)
     for ax, (column, label, log) in zip(axes, panels):
@@ -217,7 +217,7 @@ def rr_w8a(files, quick):
 
 
 def herding(files, quick):
-    from analysis.load import load_herding_sim
+    from ordersim.analysis.load import load_herding_sim
 
     df = load_herding_sim([str(f) for f in files])
     last = df[df["round"] == df["round"].max()]
@@ -231,11 +231,11 @@ def herding(files, quick):
 
 
 def draw(name, verdict, data, out: Path, quick: bool):
-    from analysis import style
+    from ordersim.analysis import style
 
     title = verdict.caption(quick)
     if name == "herding":
-        from analysis import herding_sim
+        from ordersim.analysis import herding_sim
 
         return herding_sim.plot(data, out, title=title, name=name)
     if name == "cdgrab_workers":
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reproduce: error: unknown experiment(s) {', '.join(unknown)}; known: {', '.join(EXPERIMENTS)}",
               file=sys.stderr)
         return 2
-    from analysis import style
+    from ordersim.analysis import style
 
     style.DPI = args.dpi
     out = Path(args.figures or ROOT / "results" / "papers" / ("quick" if args.quick else "") / "figures")

@@ -1,6 +1,6 @@
 """Final error against the number of workers m and against n, log-log, with fitted and theory curves.
 
-    python -m analysis.scaling FILE.h5 [FILE.h5 ...] --out DIR [--metric ...] [--setting ...]
+    python -m ordersim.analysis.scaling FILE.h5 [FILE.h5 ...] --out DIR [--metric ...] [--setting ...]
                                [--epoch T] [--level 0.95] [--band minmax|std]
 
 Writes DIR/scaling.{png,pdf}: one panel per swept variable (m and/or n; the runs and cells are
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis import fit, style, theory
+from ordersim.analysis import fit, style, theory
 
 AXIS_LABEL = {"m": "number of workers $m$", "n": "examples per worker $n$"}
 AXIS_COLUMNS = ("workers", "examples_per_worker")
@@ -84,7 +84,7 @@ def plot(df, out, metric="auto", setting="auto", epoch=None, level=0.95, band_ki
 
 
 def main(argv=None) -> int:
-    p = style.parser("analysis.scaling", __doc__)
+    p = style.parser("ordersim.analysis.scaling", __doc__)
     fit.add_arguments(p)
     args = style.parse(p, argv)
     plot(style.load(args.files), args.out, args.metric, args.setting, args.epoch, args.level, args.band)

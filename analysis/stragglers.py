@@ -1,6 +1,6 @@
 """Stragglers and gradient coding: loss against simulated time, and time per step against s.
 
-    python -m analysis.stragglers FILE.h5 [FILE.h5 ...] --out DIR [--metric NAME]
+    python -m ordersim.analysis.stragglers FILE.h5 [FILE.h5 ...] --out DIR [--metric NAME]
                                   [--orderers NAME ...] [--band minmax|std] [--target VALUE]
 
 For traces of runs with a straggler model (docs/stragglers.md), e.g. the cells of
@@ -25,8 +25,8 @@ import h5py
 import matplotlib.lines
 import numpy as np
 
-from analysis import style
-from analysis.convergence import LABELS
+from ordersim.analysis import style
+from ordersim.analysis.convergence import LABELS
 
 SCHEMES = ("wait-all", "ignore-stragglers", "gc-fr", "gc-cr", "pgc-fr", "pgc-cr", "pgc-fr-staggered",
            "pgc-cr-exact")
@@ -181,7 +181,7 @@ def plot(df, times, out, metric=None, orderers=None, band_kind="minmax"):
 
 
 def main(argv=None) -> int:
-    p = style.parser("analysis.stragglers", __doc__)
+    p = style.parser("ordersim.analysis.stragglers", __doc__)
     p.add_argument("--metric", choices=tuple(LABELS), default=None, metavar="NAME",
                    help="per-epoch dataset against simulated time (default: suboptimality when present, "
                         f"else train_loss); choices: {', '.join(LABELS)}")

@@ -37,7 +37,7 @@ import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from analysis.load import TraceWarning, load_runs  # noqa: E402
+from ordersim.analysis.load import TraceWarning, load_runs  # noqa: E402
 
 RC = {
     "font.family": "serif",

@@ -13,7 +13,7 @@ COMMANDS = {
                     "the CD-GraB paper's random-vector parallel-herding experiment"),
     "warm": ("ordersim.warm", "main",
              "compile and cache a config's kernels ahead of a job (e.g. in a Slurm prologue)"),
-    "reproduce": ("analysis.reproduce", "main",
+    "reproduce": ("ordersim.analysis.reproduce", "main",
                   "run the papers' experiments (runs/papers/), draw their figures and verdicts"),
     "orderers": ("ordersim.listing", "orderers", "list the orderers with a one-line description"),
     "problems": ("ordersim.listing", "problems", "list the problems with a one-line description"),

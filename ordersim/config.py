@@ -12,6 +12,11 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# After SIGTERM/SIGUSR1 a wait may last this long (from the later of its start and the signal):
+# shorter than Slurm's default KillWait (30 s), so the job says why it ends before SIGKILL comes;
+# longer than any wait of a healthy job (the epoch boundary's trace write on a slow file system).
+SIGNAL_GRACE_SECONDS = 20.0
+
 
 class ConfigError(ValueError):
     """A bad configuration value; the message is the one line the user sees."""
@@ -105,7 +110,8 @@ class Config:
                           default="auto")
     stall_timeout: float = _help("mpi backend: seconds a rank may wait for the others at one exchange "
                                  "or agreement before the whole job aborts (exit 4) with one line "
-                                 "naming the wait; after SIGTERM/SIGUSR1 no wait lasts more than 20 s "
+                                 "naming the wait; after SIGTERM/SIGUSR1 no wait lasts more than "
+                                 f"{SIGNAL_GRACE_SECONDS:g} s "
                                  "past the signal (0 = no timeout; docs/cluster.md)", default=600.0)
     out: str = _help("output HDF5 file ('' = ordersim-<UTC time>.h5 in the current directory); an "
                      "existing file is refused unless it is an ordersim trace and --overwrite or "

@@ -45,7 +45,7 @@ import numpy as np
 
 from ordersim.backend import SerialBackend
 from ordersim.engine import sum_in_worker_order
-from problems.base import RowStatistics
+from ordersim.problems.base import RowStatistics
 
 CACHE_VERSION = 3
 KEYS = ("x_star", "f_star", "L", "L_max", "mu", "sigma2_star", "zeta2_star")

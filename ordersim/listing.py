@@ -16,7 +16,7 @@ def orderers(argv: list[str]) -> int:
 
 def problems(argv: list[str]) -> int:
     from ordersim.data import PACKAGE_SETS, SKLEARN_SETS
-    from problems import available_problems
+    from ordersim.problems import available_problems
 
     _print(available_problems())
     print("\ndata sets (--data SPEC; formats and options: docs/problems.md):")

@@ -124,6 +124,6 @@ def private_cache_dir_error(path: str) -> str | None:
     return None
 
 
-# ordersim's and problems' own kernels
-for _tree in (Path(__file__).parent, Path(__file__).parents[1] / "problems"):
-    register_tree(_tree)
+# ordersim's own kernels (ordersim.problems registers its folder itself: it is installed from the
+# repository's problems/, which is not under this one in an editable install)
+register_tree(Path(__file__).parent)

@@ -1,6 +1,6 @@
 """Which code wrote a trace: ordersim's version and git state, its libraries, the command line.
 
-`code_state()` is what a trace's root attributes record (docs/trace-format.md); analysis.load
+`code_state()` is what a trace's root attributes record (docs/trace-format.md); ordersim.analysis.load
 reads them back (``code_label``) to tell traces made by different code apart.
 """
 

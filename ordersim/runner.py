@@ -12,9 +12,10 @@ from ordersim.backend import (INSTALL_MPI, MPIBackend, MPIUnavailable, SerialBac
 from ordersim.checkpoint import EXIT_CHECKPOINTED, CheckpointError, checkpoint_path, stop_request
 from ordersim.checkpoint import load as load_checkpoint
 from ordersim.cli import commands_help
-from ordersim.config import ConfigError, add_arguments, build_config, overrides_from_args
+from ordersim.config import (SIGNAL_GRACE_SECONDS, ConfigError, add_arguments, build_config,
+                             overrides_from_args)
 from ordersim.output import OutputLock, input_files, same_file
-from ordersim.stall import EXIT_STALLED, SIGNAL_GRACE_SECONDS
+from ordersim.stall import EXIT_STALLED
 from ordersim.sweep import Cell, config_cells, select_cell
 from ordersim.trace import EXIT_TRACE_WRITE, TraceWriteError
 

@@ -31,7 +31,7 @@ from ordersim.orderers.base import FIRST_ORDERS, SIGNS, TIES, default_walk_c
 from ordersim.streams import stream
 from ordersim.stragglers import clock_from_config, config_error as straggler_config_error
 from ordersim.trace import NoTrace, TraceWriter
-from problems import make_problem, problem_class
+from ordersim.problems import make_problem, problem_class
 
 NO_COEFFICIENTS = np.zeros((1, 1, 1))  # the coefficients of plain (not decoded) updates
 # Bound on the doubles a chunk buffer holds (herding's step sums).

@@ -36,14 +36,10 @@ import numpy as np
 from numba import njit
 
 from ordersim.checkpoint import SIGNALS
+from ordersim.config import SIGNAL_GRACE_SECONDS
 from ordersim.jit_clock import seconds
 
 EXIT_STALLED = 4
-DEFAULT_TIMEOUT_SECONDS = 600.0
-# After SIGTERM/SIGUSR1 a wait may last this long (from the later of its start and the signal):
-# shorter than Slurm's default KillWait (30 s), so the job says why it ends before SIGKILL comes;
-# longer than any wait of a healthy job (the epoch boundary's trace write on a slow file system).
-SIGNAL_GRACE_SECONDS = 20.0
 # A moment for rank 0 to finish writing the epoch it holds before MPI_Abort ends it.
 ABORT_GRACE_SECONDS = 1.0
 

@@ -235,9 +235,14 @@ def merge_main(argv: list[str]) -> int:
     p.add_argument("files", nargs="+", help="trace files (HDF5)")
     p.add_argument("--out", required=True, help="output table: .csv or .parquet")
     args = p.parse_args(argv)
-    import pandas as pd
+    try:
+        import pandas as pd
+    except ImportError:
+        print("ordersim: error: merge needs pandas, from the analysis extra: "
+              "pip install 'ordersim[analysis]'", file=sys.stderr)
+        return 2
 
-    from analysis.load import load_runs
+    from ordersim.analysis.load import load_runs
     from ordersim.trace import NotATrace, trace_root
 
     roots, tables = [], []

@@ -30,7 +30,7 @@ STAND_INS = {"binary": "synthetic:classification?d=4&classes=2",
 
 def stand_in(config):
     """The config with its data replaced by the small synthetic set that compiles the same kernels."""
-    from problems import problem_class
+    from ordersim.problems import problem_class
 
     try:
         kind = problem_class(config.problem).label_kind

@@ -3,7 +3,7 @@
 Every public module of this package defines one ``Problem`` subclass with a ``name``; adding a
 problem is one file here, or a file anywhere passed by path (see docs/problems.md).
 
-    from problems import make_problem, available_problems
+    from ordersim.problems import make_problem, available_problems
     p = make_problem("logistic", features=31, classes=2, lam=1e-3)
     p = make_problem("path/to/my_problem.py", features=31, classes=2)
 """
@@ -18,8 +18,10 @@ import re
 import sys
 from pathlib import Path
 
-from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
-from problems.base import Problem
+from ordersim import numba_cache
+
+numba_cache.register_tree(Path(__file__).parent)  # before the cached kernels: stamps them
+from ordersim.problems.base import Problem  # noqa: E402
 
 _registry: dict[str, type[Problem]] = {}
 
@@ -70,7 +72,7 @@ def _load_file(path: str) -> type[Problem]:
             raise ValueError(f"problem file {path!r} failed to import: {type(exc).__name__}: {exc}") from exc
     classes = _problem_classes(sys.modules[module_name])
     if len(classes) != 1:
-        raise ValueError(f"problem file {path!r} must define exactly one subclass of problems.base.Problem "
+        raise ValueError(f"problem file {path!r} must define exactly one subclass of ordersim.problems.base.Problem "
                          f"with a non-empty name, found {len(classes)}")
     return classes[0]
 

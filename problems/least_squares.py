@@ -4,8 +4,8 @@ import numpy as np
 from numba import njit
 from scipy import linalg
 
-from problems._kernels import FAST, row_dot, half_sq_norm
-from problems.base import Problem
+from ordersim.problems._kernels import FAST, row_dot, half_sq_norm
+from ordersim.problems.base import Problem
 
 
 @njit(cache=True, fastmath=FAST, error_model="numpy")

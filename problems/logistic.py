@@ -9,8 +9,8 @@
 import numpy as np
 from numba import njit
 
-from problems._kernels import FAST, row_dot, log1pexp, sigmoid
-from problems.base import Problem
+from ordersim.problems._kernels import FAST, row_dot, log1pexp, sigmoid
+from ordersim.problems.base import Problem
 
 
 @njit(cache=True, inline="always", fastmath=FAST, error_model="numpy")

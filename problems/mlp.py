@@ -12,8 +12,8 @@ import math
 import numpy as np
 from numba import njit
 
-from problems._kernels import FAST, half_sq_norm, log1pexp, sigmoid
-from problems.base import Problem, option_choice, option_float, option_int
+from ordersim.problems._kernels import FAST, half_sq_norm, log1pexp, sigmoid
+from ordersim.problems.base import Problem, option_choice, option_float, option_int
 
 ACTIVATIONS = ("tanh", "softplus")
 

@@ -7,7 +7,7 @@ Same kernels as ``logistic`` with params = [lam, 1].
 
 import math
 
-from problems.logistic import Logistic
+from ordersim.problems.logistic import Logistic
 
 
 class NonconvexLogistic(Logistic):

@@ -14,8 +14,8 @@ import math
 import numpy as np
 from numba import njit
 
-from problems._kernels import FAST, row_dot, half_sq_norm
-from problems.base import Problem, option_choice, option_float
+from ordersim.problems._kernels import FAST, row_dot, half_sq_norm
+from ordersim.problems.base import Problem, option_choice, option_float
 
 LOSSES = ("cauchy", "geman-mcclure", "welsch")
 

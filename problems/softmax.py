@@ -10,8 +10,8 @@ import math
 import numpy as np
 from numba import njit
 
-from problems._kernels import FAST, half_sq_norm
-from problems.base import Problem
+from ordersim.problems._kernels import FAST, half_sq_norm
+from ordersim.problems.base import Problem
 
 
 @njit(cache=True, inline="always", fastmath=FAST, error_model="numpy")

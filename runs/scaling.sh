@@ -8,8 +8,8 @@
 #   bash runs/scaling.sh                  # laptop size: ~1.5 min of CPU, one core (more wall time on a busy machine)
 #   N_PER_WORKER=1024 EPOCHS=50 bash runs/scaling.sh   # closer to paper scale (use a cluster)
 #
-# Then:  python -m analysis.scaling results/scaling/*/*.h5 --out docs/figures
-#        python -m analysis.fit     results/scaling/*/*.h5
+# Then:  python -m ordersim.analysis.scaling results/scaling/*/*.h5 --out docs/figures
+#        python -m ordersim.analysis.fit     results/scaling/*/*.h5
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}

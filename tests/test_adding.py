@@ -13,7 +13,7 @@ import pytest
 
 import reference.orderers as reference_module
 from ordersim import checkpoint, engine
-from problems import make_problem
+from ordersim.problems import make_problem
 from reference.orderers import drive
 from test_engine import M, N_LOCAL, P, epoch_from_zero, least_squares_data
 

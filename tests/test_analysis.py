@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("matplotlib")
 pytest.importorskip("pandas")
 
-from analysis.load import TraceWarning, load_orders, load_run_arrays, load_runs  # noqa: E402
-from analysis import convergence, fit, herding, herding_sim, scaling  # noqa: E402
+from ordersim.analysis.load import TraceWarning, load_orders, load_run_arrays, load_runs  # noqa: E402
+from ordersim.analysis import convergence, fit, herding, herding_sim, scaling  # noqa: E402
 
 ORDERERS = ("rr", "cd-grab")
 SEEDS = (0, 1, 2)
@@ -291,7 +291,7 @@ def test_sweep_over_m_on_a_fixed_dataset_is_used_with_a_note(tmp_path):
 
 
 def test_herding_sim_loader_reads_every_cell(tmp_path):
-    from analysis.load import load_herding_sim
+    from ordersim.analysis.load import load_herding_sim
 
     df = load_herding_sim(herding_sim_file(tmp_path / "hs.h5", rounds=4))
     assert len(df) == 2 * 3 * 5 and set(df.workers) == {2, 4} and set(df.examples_per_worker) == {32, 16}

@@ -6,8 +6,8 @@ import pytest
 pytest.importorskip("matplotlib")
 pytest.importorskip("pandas")
 
-from analysis import convergence, fit, herding, herding_sim, scaling  # noqa: E402
-from analysis.load import load_runs  # noqa: E402
+from ordersim.analysis import convergence, fit, herding, herding_sim, scaling  # noqa: E402
+from ordersim.analysis.load import load_runs  # noqa: E402
 from test_analysis import written  # noqa: E402
 from test_simulator import run_serial  # noqa: E402
 

@@ -12,8 +12,8 @@ pytest.importorskip("pandas")
 import matplotlib.colors  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis import convergence, herding, herding_sim, scaling, stragglers, style  # noqa: E402
-from analysis.load import load_herding_sim  # noqa: E402
+from ordersim.analysis import convergence, herding, herding_sim, scaling, stragglers, style  # noqa: E402
+from ordersim.analysis.load import load_herding_sim  # noqa: E402
 from test_analysis import herding_sim_file, quiet, write_trace  # noqa: E402
 
 

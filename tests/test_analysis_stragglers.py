@@ -6,7 +6,7 @@ import pytest
 pytest.importorskip("matplotlib")
 pytest.importorskip("pandas")
 
-from analysis import convergence, stragglers  # noqa: E402
+from ordersim.analysis import convergence, stragglers  # noqa: E402
 from test_analysis import written  # noqa: E402
 from test_simulator import run_serial  # noqa: E402
 

@@ -411,7 +411,7 @@ def test_a_signal_at_the_start_stops_before_the_first_epoch(tmp_path):
 SLOW_PROBLEM = textwrap.dedent('''
     import time
 
-    from problems.logistic import Logistic
+    from ordersim.problems.logistic import Logistic
 
     class SlowLogistic(Logistic):
         """Logistic regression that takes its time to build (a long set-up: data, constants)."""

@@ -147,7 +147,7 @@ def test_a_run_prints_eta_and_the_labelled_summary(sweep_traces):
 
 
 def test_load_runs_has_a_column_for_every_setting_that_differs(sweep_traces):
-    from analysis import load_runs
+    from ordersim.analysis import load_runs
 
     files, _ = sweep_traces
     df = load_runs(files)
@@ -159,8 +159,8 @@ def test_load_runs_has_a_column_for_every_setting_that_differs(sweep_traces):
 
 def test_to_xarray_gives_the_settings_orderer_seed_epoch_cube(sweep_traces):
     pytest.importorskip("xarray")
-    import analysis
-    from analysis.load import load_run_arrays
+    import ordersim.analysis
+    from ordersim.analysis.load import load_run_arrays
 
     files, _ = sweep_traces
     ds = analysis.to_xarray(files)

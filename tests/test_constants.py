@@ -10,7 +10,7 @@ import pytest
 import ordersim.constants as constants
 from ordersim.constants import problem_constants
 from ordersim.data import load_dataset, partition
-from problems import make_problem
+from ordersim.problems import make_problem
 
 KEYS = {"x_star", "f_star", "L", "L_max", "mu", "sigma2_star", "zeta2_star"}
 

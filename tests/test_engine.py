@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ordersim import engine, metrics
-from problems import make_problem
+from ordersim.problems import make_problem
 
 M, N_LOCAL, P = 3, 11, 4
 

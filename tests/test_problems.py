@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from problems import available_problems, make_problem, problem_class
+from ordersim.problems import available_problems, make_problem, problem_class
 
 ROOT = Path(__file__).resolve().parents[1]
 N, P, K = 13, 5, 3
@@ -273,7 +273,7 @@ def test_documented_worked_example_loads_by_path(tmp_path):
         make_problem(str(path), P, 0, width=3)
     bad = tmp_path / "empty_problem.py"
     bad.write_text("x = 1\n")
-    with pytest.raises(ValueError, match=r"must define exactly one subclass of problems.base.Problem"):
+    with pytest.raises(ValueError, match=r"must define exactly one subclass of ordersim.problems.base.Problem"):
         make_problem(str(bad), P, 0)
 
 
@@ -281,8 +281,8 @@ def test_kernels_run_without_jit():
     """NUMBA_DISABLE_JIT=1 turns every kernel into plain Python: it must still be correct."""
     code = (
         "import numpy as np\n"
-        "from problems import make_problem\n"
-        "import problems.logistic as L\n"
+        "from ordersim.problems import make_problem\n"
+        "import ordersim.problems.logistic as L\n"
         "assert not hasattr(L.batch_grads, 'py_func'), 'jit is on'\n"
         "rng = np.random.default_rng(0)\n"
         "A = rng.normal(size=(6, 3)); y = rng.choice([-1.0, 1.0], size=6); x = rng.normal(size=3)\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.reproduce import CONFIGS, EXPERIMENTS
+from ordersim.analysis.reproduce import CONFIGS, EXPERIMENTS
 from ordersim.config import ConfigError
 from ordersim.sweep import config_cells
 
@@ -65,7 +65,7 @@ def test_reproduce_quick_runs_every_experiment_and_its_checkable_claims_hold(tmp
 
 
 def test_an_unknown_experiment_is_refused_before_anything_runs(capsys):
-    from analysis.reproduce import main
+    from ordersim.analysis.reproduce import main
 
     assert main(["grab_mnist", "nosuch"]) == 2
     assert "unknown experiment(s) nosuch; known: grab_mnist, cdgrab_logreg" in capsys.readouterr().err

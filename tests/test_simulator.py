@@ -262,7 +262,7 @@ def test_a_data_set_too_large_for_memory_is_refused_on_every_rank(tmp_path, rank
 
 FAILING_PROBLEM = textwrap.dedent('''
     from mpi4py import MPI
-    from problems.logistic import Logistic
+    from ordersim.problems.logistic import Logistic
 
     class FailingLogistic(Logistic):
         """Logistic regression whose second run fails on the last rank (a user bug mid-job); the

@@ -156,7 +156,7 @@ def test_sweep_runs_as_a_job_array(cluster, tmp_path):
     if not sweep_available():
         pytest.skip("`python -m ordersim sweep --write-array` is not implemented yet")
     pytest.importorskip("pandas")
-    from analysis.load import load_runs
+    from ordersim.analysis.load import load_runs
 
     (tmp_path / "sweep.toml").write_text(SWEEP)
     r = subprocess.run([sys.executable, "-m", "ordersim", "sweep", "sweep.toml", "--write-array",

@@ -16,7 +16,8 @@ import pytest
 from conftest import ROOT, mpiexec_path
 from test_simulator import open_when_released, rank_pid
 
-from ordersim.stall import EXIT_STALLED, SIGNAL_GRACE_SECONDS
+from ordersim.config import SIGNAL_GRACE_SECONDS
+from ordersim.stall import EXIT_STALLED
 
 # A timeout the ranks' compile skew (the first epoch's kernels, 2 cores shared by 4 ranks) stays
 # well below: a waiting peer that still compiles is a real wait too.
@@ -89,7 +90,7 @@ STOPPING_PROBLEM = textwrap.dedent('''
     import signal
 
     from mpi4py import MPI
-    from problems.logistic import Logistic
+    from ordersim.problems.logistic import Logistic
 
     class StoppingLogistic(Logistic):
         """Logistic regression whose last rank stops itself (SIGSTOP) as the second run starts

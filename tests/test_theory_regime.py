@@ -102,8 +102,8 @@ def test_small_scaling_sweep_bears_out_the_claim(tmp_path):
     import io
     import warnings
 
-    from analysis import fit
-    from analysis.load import load_runs
+    from ordersim.analysis import fit
+    from ordersim.analysis.load import load_runs
     from ordersim.backend import SerialBackend
     from ordersim.config import build_config
     from ordersim.simulate import check_fields, prepare, run_experiment
