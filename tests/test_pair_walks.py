@@ -162,3 +162,21 @@ def test_recursive_pair_reference_signs_a_nodes_pairs_against_the_same_accumulat
     got = recursive_pair(1, 4, 1, 0, one_epoch([1, 0, 1, 0]), batch=4, first_order="identity")
     # "+" half 0, 2 and "-" half 1, 3; node 1's pair (0, 2) has v = 0: +1; node 2's (1, 3): +1
     assert got[1][0].tolist() == [0, 2, 1, 3]
+
+
+# -- the kernels' pieces ---------------------------------------------------------------------------------
+def test_squared_norm_of_difference_sums_as_the_reference():
+    """kernel halving's beta = <v, v> and sbw's ||v|| come from it: lane_dot's bits, b = None too."""
+    from numba import njit
+
+    from ordersim.orderers._vector import squared_norm_of_difference
+    from reference.orderers import lane_dot
+
+    norm = njit(lambda a, b: squared_norm_of_difference(a, b))
+    rng = np.random.default_rng(5)
+    for d in (1, 3, 15, 16, 17, 37, 128, 131):
+        a, b = rng.standard_normal((2, d)) * rng.uniform(0.1, 1e3, (2, d))
+        want = lane_dot(a - b, a - b)
+        assert norm(a, b) == want and norm(a - b, None) == want, d
+        G = rng.standard_normal((2, 3, d))
+        assert norm(G[1, 0], G[0, 2]) == lane_dot(G[1, 0] - G[0, 2], G[1, 0] - G[0, 2]), d
