@@ -142,24 +142,24 @@ def test_recursive_pair_reference_by_hand():
     blocks' i-th leaves, odd i reversed: [0 5] [6 2] [1 7] [4 3]; with n = 9 the ninth example
     goes between the first two runs and the last two."""
     values = [3, 0, 0, 1, 1, 0, 0, 2, 5]
-    got = recursive_pair(1, 8, 1, 0, one_epoch(values[:8]), batch=4, first_order="identity")
+    got = recursive_pair(1, 8, 1, 0, one_epoch(values[:8]), block=4, first_order="identity")
     assert got[1][0].tolist() == [0, 5, 6, 2, 1, 7, 4, 3]
-    got = recursive_pair(1, 9, 1, 0, one_epoch(values), batch=4, first_order="identity")
+    got = recursive_pair(1, 9, 1, 0, one_epoch(values), block=4, first_order="identity")
     assert got[1][0].tolist() == [0, 5, 6, 2, 8, 1, 7, 4, 3]
 
 
 @pytest.mark.parametrize("options", [{}, {"tie": "minus"}, {"sign": "walk", "walk_c": 1.5}])
-def test_recursive_pair_reference_with_batch_two_is_pair_balance(options):
+def test_recursive_pair_reference_with_blocks_of_two_is_pair_balance(options):
     rng = np.random.default_rng(4)
     for m, n in ((1, 10), (1, 9), (3, 11)):
         grads = [rng.standard_normal((m, n, 5)) for _ in range(3)]
-        assert same(recursive_pair(m, n, 5, 2, grads, batch=2, **options), d_grab_pair(m, n, 5, 2, grads, **options))
+        assert same(recursive_pair(m, n, 5, 2, grads, block=2, **options), d_grab_pair(m, n, 5, 2, grads, **options))
 
 
 def test_recursive_pair_reference_signs_a_nodes_pairs_against_the_same_accumulator():
     """The root's pairs of the first block all meet acc_0 = 0: with tie plus all are +1 although
     a sequential walk would give the second pair (v equal to the first's) -1."""
-    got = recursive_pair(1, 4, 1, 0, one_epoch([1, 0, 1, 0]), batch=4, first_order="identity")
+    got = recursive_pair(1, 4, 1, 0, one_epoch([1, 0, 1, 0]), block=4, first_order="identity")
     # "+" half 0, 2 and "-" half 1, 3; node 1's pair (0, 2) has v = 0: +1; node 2's (1, 3): +1
     assert got[1][0].tolist() == [0, 2, 1, 3]
 

@@ -390,9 +390,9 @@ def sbw(m, n, d, seed, grads_per_epoch, stats=None, epochs=None, b_max=None, **o
 
 
 # -- recursive pair balance ----------------------------------------------------------------------------
-def recursive_pair(m, n, d, seed, grads_per_epoch, stats=None, batch=None, **options):
+def recursive_pair(m, n, d, seed, grads_per_epoch, stats=None, block=16, **options):
     """grab-sampler's recursive pair balance, every worker on its own. The visit order is cut into
-    blocks of B = ``batch`` = 2^p consecutive positions (the last n mod B positions are no block).
+    blocks of B = ``block`` = 2^p consecutive positions (the last n mod B positions are no block).
     A block's examples go through a binary tree of B - 1 nodes (heap order: node t's children are
     2t + 1, the "+" half, and 2t + 2, the "-" half), each with an accumulator in R^d that persists
     over the epoch's blocks (zero at its start). At a node with the list x of 2q examples: the
@@ -408,10 +408,10 @@ def recursive_pair(m, n, d, seed, grads_per_epoch, stats=None, batch=None, **opt
     block order when i is odd); the n mod B examples after the last block, in visit order, go
     between the first B/2 of these runs and the last B/2. With B = 2 this is pair-grab."""
     o = _options(**options)
-    B = _required("batch", batch)
+    B = block
     levels = B.bit_length() - 1
     if B < 2 or B != 1 << levels:
-        raise ValueError(f"batch must be a power of two >= 2, got {B}")
+        raise ValueError(f"block must be a power of two >= 2, got {B}")
     blocks, per_block = n // B, levels * B // 2
     orders = [first_orders(m, n, seed, o["first_worker"], o["first_order"])]
     for epoch, grads in enumerate(grads_per_epoch):
