@@ -390,7 +390,7 @@ def sbw(m, n, d, seed, grads_per_epoch, stats=None, epochs=None, b_max=None, **o
 
 
 # -- recursive pair balance ----------------------------------------------------------------------------
-def recursive_pair(m, n, d, seed, grads_per_epoch, stats=None, block=16, **options):
+def recursive_pair(m, n, d, seed, grads_per_epoch, stats=None, block=8, **options):
     """grab-sampler's recursive pair balance, every worker on its own. The visit order is cut into
     blocks of B = ``block`` = 2^p consecutive positions (the last n mod B positions are no block).
     A block's examples go through a binary tree of B - 1 nodes (heap order: node t's children are
@@ -401,18 +401,20 @@ def recursive_pair(m, n, d, seed, grads_per_epoch, stats=None, block=16, **optio
     against the same one), then acc += eps_j v_j for j in order; the "+" half (the example each
     pair sends left: its first if eps = +1, else its second) and the "-" half, each in pair order,
     go to the children; a node of one example is a leaf. The block's leaves in tree order (the "+"
-    subtree first) form its batch order L_j. Decisions of a block are numbered in preorder (a node's
-    pairs in order, then its "+" subtree, then its "-" subtree) and the walk's k-th decision of the
-    epoch uses u[k] of stream(seed, "walk", w, e).random(p B/2 * blocks).
+    subtree first) form its batch order L_j. Decisions are numbered in level order: block j's pair
+    j' of the node at level l, position r in its level (node t = 2^l - 1 + r, B / 2^(l+1) pairs)
+    is decision j p B/2 + l B/2 + r B/2^(l+1) + j'; the walk's k-th decision of the epoch uses u[k]
+    of stream(seed, "walk", w, e).random(blocks p B/2).
     Next order: for i = 0..B-1, the i-th examples L_j[i] of all blocks j in block order (in reverse
     block order when i is odd); the n mod B examples after the last block, in visit order, go
-    between the first B/2 of these runs and the last B/2. With B = 2 this is pair-grab."""
+    between the first B/2 of these runs and the last B/2. With B = 2 this is pair balance."""
     o = _options(**options)
     B = block
     levels = B.bit_length() - 1
     if B < 2 or B != 1 << levels:
         raise ValueError(f"block must be a power of two >= 2, got {B}")
     blocks, per_block = n // B, levels * B // 2
+    walk_c = default_walk_c(m * n, d) if o["walk_c"] is None else o["walk_c"]
     orders = [first_orders(m, n, seed, o["first_worker"], o["first_order"])]
     for epoch, grads in enumerate(grads_per_epoch):
         order = orders[-1]
@@ -420,33 +422,32 @@ def recursive_pair(m, n, d, seed, grads_per_epoch, stats=None, block=16, **optio
         failures = np.zeros(m, dtype=np.int64)
         peak = 0.0
         for i in range(m):
-            walk_c = default_walk_c(m * n, d) if o["walk_c"] is None else o["walk_c"]
             rule = SignRule(1, n, d, seed, o["first_worker"] + i, o["sign"], walk_c, o["tie"])
-            rule.failures = np.zeros(1, dtype=np.int64)
             rule.u = [stream(seed, "walk", o["first_worker"] + i, epoch).random(blocks * per_block)]
             acc = np.zeros((B - 1, d))
-            decisions = [0]
 
-            def balance(node, examples):
+            def balance(j, node, examples):
                 nonlocal peak
                 if len(examples) == 1:
                     return list(examples)
+                level = (node + 1).bit_length() - 1
+                first_decision = j * per_block + level * B // 2 + (node + 1 - (1 << level)) * len(examples) // 2
                 s = acc[node].copy()
                 plus, minus, signed = [], [], []
-                for j in range(len(examples) // 2):
-                    first, second = examples[2 * j], examples[2 * j + 1]
+                for q in range(len(examples) // 2):
+                    first, second = examples[2 * q], examples[2 * q + 1]
                     v = grads[i, first] - grads[i, second]
-                    eps = rule(s, v, 0, decisions[0])
-                    decisions[0] += 1
+                    eps = rule(s, v, 0, first_decision + q)
                     signed.append(eps * v)
                     plus.append(first if eps > 0 else second)
                     minus.append(second if eps > 0 else first)
                 for w in signed:
                     acc[node] += w
                     peak = max(peak, float(np.max(np.abs(acc[node]))))
-                return balance(2 * node + 1, plus) + balance(2 * node + 2, minus)
+                return balance(j, 2 * node + 1, plus) + balance(j, 2 * node + 2, minus)
 
-            leaves = [balance(0, list(order[i, j * B:(j + 1) * B])) for j in range(blocks)]
+            # level order and depth first give the same accumulators: a node is reached once per block
+            leaves = [balance(j, 0, list(order[i, j * B:(j + 1) * B])) for j in range(blocks)]
             runs = [[leaves[j][r] for j in (range(blocks) if r % 2 == 0 else reversed(range(blocks)))]
                     for r in range(B)]
             rest = list(order[i, blocks * B:])
