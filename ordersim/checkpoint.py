@@ -17,7 +17,8 @@ code (a pickle could, and `--resume` runs unattended in the Slurm templates):
 - ``run_states/<rank>``: one group per rank while a run is in progress; arrays are datasets,
   numbers and strings attributes, dicts subgroups (``orderer``: its ``checkpoint_state()``).
 
-Whether a run state fits this ordersim is decided by its layout (every path, dtype and shape),
+Whether a run state fits this ordersim is decided by its layout (every path, dtype and shape, and
+the digest of every declared orderer state, ``state_layout``: ordersim/orderers/_state.py),
 compared with a freshly made run's (``layout_mismatch``), not by a version number.
 
 Rank 0 writes it to a temporary name, flushes it to disk and renames it over the previous one: a
@@ -186,9 +187,12 @@ def _kind(value) -> str:
     return type(value).__name__
 
 
+LAYOUT_KEY = "state_layout"  # a leaf that describes a layout: it must be equal, not just a string
+
+
 def layout_mismatch(saved: dict, expected: dict) -> str | None:
-    """How normalized tree `saved` differs in layout (paths, dtypes, shapes, scalar types) from
-    `expected`, or None when it fits."""
+    """How normalized tree `saved` differs in layout (paths, dtypes, shapes, scalar types and the
+    values of LAYOUT_KEY leaves) from `expected`, or None when it fits."""
     have, want = dict(_leaves(saved)), dict(_leaves(expected))
     for path in sorted(have.keys() | want.keys()):
         if path not in want:
@@ -197,6 +201,9 @@ def layout_mismatch(saved: dict, expected: dict) -> str | None:
             return f"it lacks {path[1:]}, which this ordersim's run state has"
         if _kind(have[path]) != _kind(want[path]):
             return f"its {path[1:]} is {_kind(have[path])}, this ordersim's {_kind(want[path])}"
+        if path.rsplit("/", 1)[-1] == LAYOUT_KEY and have[path] != want[path]:
+            return (f"its {path[1:]} is {have[path]!r}, this ordersim's {want[path]!r} (the "
+                    f"orderer's state has other fields)")
     return None
 
 

@@ -54,7 +54,7 @@ def test_state_arrays_start_on_a_line_also_after_a_checkpoint(name, tmp_path):
     restored = make_orderer(name, m, 13, 21, seed=1)
     restored.restore_state(through_a_checkpoint_file(tmp_path, o.checkpoint_state()))
     for copy in (o, restored):
-        views = copy._state_layout()
+        views = copy.state_layout.fields
         assert views, name
         for view in views:
             assert starts_on_line(getattr(copy, view)), f"{name}: {view} is not on a cache line"

@@ -21,16 +21,28 @@ from numba import njit
 from ordersim.orderers._vector import (add_signed_difference, add_signed_difference_and_sum,
                                        add_signed_difference_and_sum_then_dot, add_signed_difference_then_dot,
                                        dot_with_difference)
-from ordersim.orderers._state import (FIRST_OWN_SLOT, N, OBSERVED, StateBuffer, block, fits, open_for,
-                                      state_kernel)
+from ordersim.orderers._state import N, OBSERVED, GradientOrderer, StateLayout, f64, i64, observer, open_for, \
+    state_kernel, u8
 
 SIGN_DETERMINISTIC = 0
 SIGN_WALK = 1
 
-# The balancing orderers' header slots: running-sum rows, sign options (walk_c stored as a
-# float64), then where each of their arrays starts.
-ROWS, MODE, TIE_PLUS, WALK_C = range(FIRST_OWN_SLOT, FIRST_OWN_SLOT + 4)
-SIGNS, WALK_FAILURES, RUNNING_SUM, PEAKS, UNIFORMS, EXTRA = range(FIRST_OWN_SLOT + 4, FIRST_OWN_SLOT + 10)
+BALANCE = StateLayout(
+    # 1 for +1: row i's example at visit position t (mean balance) or its pair (t, t + 1) =
+    # (2k, 2k + 1) at [i, k] (pair balance)
+    signs=u8["m", "n"],
+    walk_failures=i64["m"],
+    running_sum=f64["sum_rows", "d"],  # one row per worker, or one shared row (cd-grab)
+    peaks=f64["sum_rows"],  # per running-sum row, the largest ||s||_inf so far
+    uniforms=f64["m", "n"],  # the walk's uniforms of the epoch, u[i, k] for row i's k-th decision
+    extra=f64["extra_rows", "m", "d"],  # the orderer's own rows (DistributedGraB, DistributedPairGraB)
+    sign_mode=i64[()],  # SIGN_DETERMINISTIC or SIGN_WALK
+    tie_plus=i64[()],  # 1: eps = +1 for <s, v> = 0
+    walk_bound=f64[()],  # the walk's c
+)
+signs, walk_failures, running_sum = BALANCE.signs, BALANCE.walk_failures, BALANCE.running_sum
+peaks, uniforms, extra = BALANCE.peaks, BALANCE.uniforms, BALANCE.extra
+sign_mode, tie_plus, walk_bound = BALANCE.sign_mode, BALANCE.tie_plus, BALANCE.walk_bound
 
 
 @njit(inline="always", error_model="numpy")
@@ -47,33 +59,27 @@ def choose_sign(i, dot, mode, tie_plus, walk_c, u, at, walk_failures):
     return 1.0 if u[at] < p else -1.0
 
 
-@state_kernel
-def mean_balance_observe(grads, state):
+@observer
+def mean_balance_observe(grads, state, start):
     """GraB's mean balance, every row on its own: v = g - mean of the previous epoch's gradients.
 
     grads (m, b, d) holds visit positions start..start+b-1 of each row; the sign of row i's example
     at position t goes to signs[i, t] (place_by_signs: +1 examples fill the row of the next order
-    from the left in arrival order, -1 examples from the right). The extra arrays are the previous
-    epoch's means and this epoch's sums, (m, d) each.
+    from the left in arrival order, -1 examples from the right). extra[0] holds the previous
+    epoch's means, extra[1] this epoch's sums, (m, d) each.
     Rows are independent, so they are walked one at a time and each row's state stays in cache for
-    its b examples. Returns b, or -1 if grads do not fit (nothing is changed then).
+    its b examples.
     """
-    if not fits(grads, state):
-        return -1
-    m, b, d = grads.shape
-    n, start, floats = state[N], state[OBSERVED], state.view(np.float64)
-    signs = block(state.view(np.uint8), SIGNS, state, m * n)
-    walk_failures = block(state, WALK_FAILURES, state, m)
-    s, peaks = block(floats, RUNNING_SUM, state, m * d), block(floats, PEAKS, state, m)
-    u, extra = block(floats, UNIFORMS, state, m * n), block(floats, EXTRA, state, 2 * m * d)
-    mode, tie_plus, walk_c = state[MODE], state[TIE_PLUS] != 0, floats[WALK_C]
+    m, b = grads.shape[0], grads.shape[1]
+    chosen, failures, s, peak = signs(state), walk_failures(state), running_sum(state), peaks(state)
+    u, rows = uniforms(state), extra(state)
+    mode, plus, walk_c = sign_mode(state), tie_plus(state) != 0, walk_bound(state)
     for i in range(m):
-        row = s[i * d:(i + 1) * d]
-        mean_prev, grad_sum = extra[i * d:(i + 1) * d], extra[(m + i) * d:(m + i + 1) * d]
+        row, mean_prev, grad_sum = s[i], rows[0, i], rows[1, i]
         dot = dot_with_difference(row, grads[i, 0], mean_prev)
         for j in range(b):
             g = grads[i, j]
-            eps = choose_sign(i, dot, mode, tie_plus, walk_c, u, i * n + start + j, walk_failures)
+            eps = choose_sign(i, dot, mode, plus, walk_c, u[i], start + j, failures)
             # the row's next example is balanced against the s this update makes: its dot
             # product is taken in the update's pass, on s still in registers
             if j + 1 < b:
@@ -81,20 +87,18 @@ def mean_balance_observe(grads, state):
                                                                       grads[i, j + 1], mean_prev)
             else:
                 largest = add_signed_difference_and_sum(row, g, mean_prev, eps, grad_sum)
-            peaks[i] = max(peaks[i], largest)  # s_i's largest ||s||_inf so far
-            signs[i * n + start + j] = eps > 0.0
-    state[OBSERVED] = start + b
-    return b
+            peak[i] = max(peak[i], largest)  # s_i's largest ||s||_inf so far
+            chosen[i, start + j] = eps > 0.0
 
 
 @njit(inline="always", error_model="numpy")
 def gradient_pair(grads, pending, start, i, q):
     """(a, b) with a - b worker i's q-th pair completed in a call that observes the gradients of
-    visit positions start..: its first gradient is in grads, or kept in pending from the call
-    before."""
-    d, first = grads.shape[2], 2 * (start // 2 + q) - start
+    visit positions start..: its first gradient is in grads, or kept in pending (m, d) from the
+    call before."""
+    first = 2 * (start // 2 + q) - start
     if first < 0:
-        return pending[i * d:(i + 1) * d], grads[i, first + 1]
+        return pending[i], grads[i, first + 1]
     return grads[i, first], grads[i, first + 1]
 
 
@@ -116,23 +120,21 @@ def walk_pairs(vectors, state, pairs, pair_vectors):
     a shared row the walk is the coordinated one of CD-GraB. The sign of row i's pair k goes to
     signs[i, k] (place_by_signs).
     """
-    m, d = vectors.shape[0], vectors.shape[2]
-    n, rows, start, floats = state[N], state[ROWS], state[OBSERVED], state.view(np.float64)
-    signs = block(state.view(np.uint8), SIGNS, state, m * n)
-    walk_failures = block(state, WALK_FAILURES, state, m)
-    s, peaks = block(floats, RUNNING_SUM, state, rows * d), block(floats, PEAKS, state, rows)
-    u, pending = block(floats, UNIFORMS, state, m * n), block(floats, EXTRA, state, m * d)
-    mode, tie_plus, walk_c = state[MODE], state[TIE_PLUS] != 0, floats[WALK_C]
+    m, start = vectors.shape[0], state[OBSERVED]
+    chosen, failures, s, peak = signs(state), walk_failures(state), running_sum(state), peaks(state)
+    u, pending = uniforms(state), extra(state)[0]
+    mode, plus, walk_c = sign_mode(state), tie_plus(state) != 0, walk_bound(state)
+    rows = s.shape[0]
     dot_ahead, dot = False, 0.0  # whether the last update already took this pair's <s, v>
     for q in range(pairs):
         k = start // 2 + q
         for i in range(m):
             r = 0 if rows == 1 else i
-            row = s[r * d:(r + 1) * d]
+            row = s[r]
             a, b = pair_vectors(vectors, pending, start, i, q)
             if not dot_ahead:
                 dot = dot_with_difference(row, a, b)
-            eps = choose_sign(i, dot, mode, tie_plus, walk_c, u, i * n + k, walk_failures)
+            eps = choose_sign(i, dot, mode, plus, walk_c, u[i], k, failures)
             # With one shared row, the next pair of this call (the next worker's, or worker 0's
             # next one) is balanced against the s this update makes: its dot product is taken
             # in the update's pass, on s still in registers.
@@ -142,31 +144,25 @@ def walk_pairs(vectors, state, pairs, pair_vectors):
                 largest, dot = add_signed_difference_then_dot(row, a, b, eps, next_a, next_b)
             else:
                 largest = add_signed_difference(row, a, b, eps)
-            peaks[r] = max(peaks[r], largest)  # s_r's largest ||s||_inf so far
-            signs[i * n + k] = eps > 0.0
+            peak[r] = max(peak[r], largest)  # s_r's largest ||s||_inf so far
+            chosen[i, k] = eps > 0.0
 
 
-@state_kernel
-def pair_balance_observe(grads, state):
+@observer
+def pair_balance_observe(grads, state, start):
     """PairBalance (walk_pairs) on the gradients (m, b, d) of visit positions start..start+b-1:
-    every pair the call completes. When a pair's first gradient is the last of a call, the extra
-    (m, d) array keeps a copy of it: the caller may overwrite its buffer before the partner
-    arrives. With n odd the last example has no partner and takes the middle of the next order.
-    Returns b, or -1 if grads do not fit (nothing is changed then).
+    every pair the call completes. When a pair's first gradient is the last of a call, extra[0]
+    (m, d) keeps a copy of it: the caller may overwrite its buffer before the partner arrives.
+    With n odd the last example has no partner and takes the middle of the next order.
     """
-    if not fits(grads, state):
-        return -1
     m, b, d = grads.shape
-    n, start = state[N], state[OBSERVED]
     walk_pairs(grads, state, (start + b) // 2 - start // 2, gradient_pair)
     last = start + b - 1
-    if last % 2 == 0 and last < n - 1:  # the partner comes in a later call: keep a copy
-        pending = block(state.view(np.float64), EXTRA, state, m * d)
+    if last % 2 == 0 and last < state[N] - 1:  # the partner comes in a later call: keep a copy
+        pending = extra(state)[0]
         for i in range(m):
             for k in range(d):
-                pending[i * d + k] = grads[i, b - 1, k]
-    state[OBSERVED] = start + b
-    return b
+                pending[i, k] = grads[i, b - 1, k]
 
 
 @state_kernel
@@ -177,7 +173,8 @@ def pair_difference_observe(differences, state):
     Calls take whole pairs; with n odd the call that reaches position n - 1 also counts the last
     example, which has no partner. A call without pairs is allowed at the end of the rows (it
     counts that example if n = 1, and does nothing once every example is counted). Returns p, or
-    -1 if the differences do not fit (nothing is changed then).
+    -1 if the differences do not fit (nothing is changed then): its own check, as it counts two
+    examples per row for each vector (not ``observer``'s).
     """
     p, start, n = differences.shape[1], state[OBSERVED], state[N]
     if not (open_for(differences, state) and (start % 2 == 0 or start == n)
@@ -217,41 +214,31 @@ def place_by_signs(order, signs, pairs, next_order):
                     right -= 1
 
 
-class BalancingState(StateBuffer):
-    """Mixin for orderers that balance signs. Subclasses set ``kernel`` (one of the two above) and
-    call ``_setup_balance`` from ``_setup``."""
+class BalancingOrderer(GradientOrderer):
+    """The balancing orderers' state (BALANCE) and epoch: subclasses set ``kernel`` (one of the
+    kernels above) and ``extra_rows``, the rows of their (extra_rows, m, d) ``extra`` field."""
 
-    header_slots = EXTRA + 1
+    state_layout = BALANCE
+    extra_rows = 1
 
-    def _setup_balance(self, sum_rows: int, extra_rows: int) -> None:
-        self.sum_rows, self.extra_rows = sum_rows, extra_rows
-        self._allocate_state()
-        self.state[ROWS] = sum_rows
-        self.state[MODE] = SIGN_WALK if self.sign == "walk" else SIGN_DETERMINISTIC
-        self.state[TIE_PLUS] = self.tie == "plus"
-        self.state.view(np.float64)[WALK_C] = self.walk_c
+    @property
+    def sum_rows(self) -> int:
+        """Rows of the running sum: one shared by all workers when coordinated, else one each."""
+        return 1 if self.coordinated else self.workers
 
-    def _state_layout(self):
-        m, n, d, rows = self.workers, self.examples, self.dim, self.sum_rows
-        return {**super()._state_layout(),
-                # 1 for +1: row i's example at visit position t (mean balance) or its pair
-                # (t, t + 1) = (2k, 2k + 1) at [i, k] (pair balance)
-                "signs": (SIGNS, np.uint8, (m, n)),
-                "walk_failures": (WALK_FAILURES, np.int64, (m,)),
-                "running_sum": (RUNNING_SUM, np.float64, (rows, d)),
-                "peaks": (PEAKS, np.float64, (rows,)),  # per row, the largest ||s||_inf so far
-                "uniforms": (UNIFORMS, np.float64, (m, n)),
-                "extra": (EXTRA, np.float64, (self.extra_rows, m, d))}
+    def _setup_state(self):
+        self.sign_mode[...] = SIGN_WALK if self.sign == "walk" else SIGN_DETERMINISTIC
+        self.tie_plus[...] = self.tie == "plus"
+        self.walk_bound[...] = self.walk_c
 
-    def _begin_balance(self) -> None:
-        self._load_epoch_order()
+    def _begin(self):
         self.running_sum[:] = 0.0
         self.peaks[:] = 0.0
         self.walk_failures[:] = 0
         if self.sign == "walk":
             self.uniforms[...] = self.walk_uniforms()
 
-    def _finish_balance(self) -> np.ndarray:
+    def _next_order(self) -> np.ndarray:
         next_order = np.empty_like(self.epoch_order)
         place_by_signs(self.epoch_order, self.signs, self.kernel is pair_balance_observe, next_order)
         return next_order

@@ -7,12 +7,12 @@ An orderer owns the visit orders of m workers, each over its own n local example
     ...                       # until all n examples of every row were observed
     o.end_epoch()             # builds the order that the next begin_epoch() returns
 
-Subclasses set ``name`` and ``description`` and implement ``_begin`` and
-``_next_order``. Those that need the gradients also derive from ``StateBuffer``
-(``orderers/_state.py``): their whole state is one flat buffer and a Numba kernel
-``kernel(grads, state)`` does all per-example work, callable from Python (observe) and from other
-jitted code (the MPI backend's epoch loop). This class validates arguments and keeps the epoch
-bookkeeping; for the others observe() only counts.
+Subclasses set ``name`` and ``description`` and implement ``_next_order`` (and ``_begin``
+when an epoch needs resetting). Those that need the gradients derive from ``GradientOrderer``
+(``orderers/_state.py``) instead: they declare their state's fields, and a Numba kernel
+``kernel(grads, state)`` does all per-example work, callable from Python (observe) and from the
+backends' jitted epoch loops (docs/adding.md). This class validates arguments and keeps the
+epoch bookkeeping; for the others observe() only counts.
 """
 
 import math
@@ -34,7 +34,7 @@ def default_walk_c(total_examples: int, dim: int, delta: float = 0.01) -> float:
 class Orderer:
     name: str = ""
     description: str = ""
-    needs_gradients: bool = False  # True for StateBuffer orderers, whose kernel observes them
+    needs_gradients: bool = False  # True for GradientOrderers, whose kernel observes them
     # Pair orderers also take pair differences g_2k - g_2k+1 through this kernel (the serial
     # backend forms them as the gradients come: half the rows to keep, one vector per pair).
     pair_difference_kernel = None
@@ -43,7 +43,7 @@ class Orderer:
     coordinated: bool = False
     # Centralized algorithms are defined for one worker only; they name their distributed versions.
     centralized_alternatives: tuple[str, ...] = ()
-    # Set by begin_epoch() and end_epoch() (StateBuffer orderers keep both in their state header).
+    # Set by begin_epoch() and end_epoch() (GradientOrderers keep both in their state header).
     in_epoch: bool = False
     observed: int = 0  # examples of every row observed in the current epoch
 
@@ -119,6 +119,10 @@ class Orderer:
     def _setup(self) -> None:
         """Allocate per-run state (called once, after the first order is set)."""
 
+    def _open_epoch(self) -> None:
+        """What every epoch of this kind of orderer starts with, before _begin (GradientOrderer
+        loads the epoch's order into its state)."""
+
     def _begin(self) -> None:
         """Reset per-epoch state before the epoch's first observe()."""
 
@@ -132,6 +136,7 @@ class Orderer:
             raise ValueError(f"{self.name}: begin_epoch() called twice; call end_epoch() first")
         self.in_epoch = True
         self.observed = 0
+        self._open_epoch()
         self._begin()
         return self.order.copy()
 

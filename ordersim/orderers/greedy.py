@@ -1,30 +1,22 @@
 import numpy as np
 from numba import njit
 
-from ordersim.orderers._state import (FIRST_OWN_SLOT, N, OBSERVED, ORDER, StateBuffer, block, fits,
-                                      state_kernel)
-from ordersim.orderers.base import Orderer
+from ordersim.orderers._state import GradientOrderer, StateLayout, epoch_order, f64, observer
 
-TABLE = FIRST_OWN_SLOT  # header slot: where the (m, n, d) gradient table starts
+STATE = StateLayout(table=f64["m", "n", "d"])  # the epoch's gradients by local example
+table = STATE.table
 
 
-@state_kernel
-def store_by_example(grads, state):
-    """table[i, e] = gradient of worker i's local example e, for the b examples just visited.
-    Returns b, or -1 if grads do not fit."""
-    if not fits(grads, state):
-        return -1
+@observer
+def store_by_example(grads, state, start):
+    """table[i, e] = gradient of worker i's local example e, for the b examples just visited."""
     m, b, d = grads.shape
-    n, start = state[N], state[OBSERVED]
-    order = block(state, ORDER, state, m * n)
-    table = block(state.view(np.float64), TABLE, state, m * n * d)
+    order, by_example = epoch_order(state), table(state)
     for j in range(b):
         for i in range(m):
-            e = order[i * n + start + j]
+            e = order[i, start + j]
             for k in range(d):
-                table[(i * n + e) * d + k] = grads[i, j, k]
-    state[OBSERVED] = start + b
-    return b
+                by_example[i, e, k] = grads[i, j, k]
 
 
 @njit(cache=True, error_model="numpy")
@@ -55,25 +47,14 @@ def greedy_herding_order(z, out):
             s[k] += z[best, k]
 
 
-class GreedyHerding(StateBuffer, Orderer):
+class GreedyHerding(GradientOrderer):
     """Offline herding baseline (Lu, Meng, De Sa 2022), per worker. Holds all n gradients of the
     previous epoch, O(m n d) memory, and O(n^2 d) time per epoch: for small n only."""
 
     name = "greedy"
     description = "greedy herding on the previous epoch's centered gradients (offline baseline, O(n d) memory)"
-
+    state_layout = STATE
     kernel = staticmethod(store_by_example)
-    header_slots = TABLE + 1
-
-    def _state_layout(self):
-        return {**super()._state_layout(),
-                "table": (TABLE, np.float64, (self.workers, self.examples, self.dim))}
-
-    def _setup(self):
-        self._allocate_state()
-
-    def _begin(self):
-        self._load_epoch_order()
 
     def _next_order(self):
         order = np.empty((self.workers, self.examples), dtype=np.int64)
