@@ -491,11 +491,32 @@ REFERENCES = {
     "d-grab-pair": d_grab_pair,
     "cd-grab": cd_grab,
     "greedy": greedy,
-    "kh-sgd": kh_sgd,
-    "cd-kh": cd_kh,
     "sbw": sbw,
     "recursive-pair": recursive_pair,
 }
+
+
+# -- building and driving a real orderer --------------------------------------------------------------
+TEST_OPTIONS = {"epochs": 4}  # what the tests give a required option when a test does not choose
+
+
+def required_options(name, options=None):
+    """``options`` with every option that orderer ``name`` requires (its ``required_options``, e.g.
+    kh-sgd's ``epochs``) added at the tests' value unless given."""
+    from ordersim.orderers import orderer_class
+
+    options = dict(options or {})
+    for option in getattr(orderer_class(name), "required_options", ()):
+        options.setdefault(option, TEST_OPTIONS[option])
+    return options
+
+
+def make_orderer(name, workers, examples, dim, seed=0, **options):
+    """ordersim.orderers.make_orderer, with the options the orderer requires (``required_options``)
+    at the tests' values unless given: the suite builds every registered orderer the same way."""
+    from ordersim.orderers import make_orderer as make
+
+    return make(name, workers, examples, dim, seed, **required_options(name, options))
 
 
 # -- driving a real orderer ---------------------------------------------------------------------------
