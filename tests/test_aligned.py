@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from ordersim import aligned, checkpoint
-from ordersim.orderers import available_orderers, make_orderer, orderer_class
+from ordersim.orderers import available_orderers, orderer_class
+from reference.orderers import make_orderer  # ordersim's, with the options some orderers require
 
 
 def starts_on_line(array: np.ndarray) -> bool:

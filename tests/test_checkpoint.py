@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, mpiexec_path, run_mpi
-from reference.orderers import drive
+from reference.orderers import drive, make_orderer  # with required options
 from test_simulator import assert_bitwise_equal, contents, open_when_released, run_serial
 
 from ordersim import checkpoint
-from ordersim.orderers import available_orderers, make_orderer, orderer_class
+from ordersim.orderers import available_orderers, orderer_class
 
 ARGS = ["--epochs", "8", "--orderers", "rr", "cd-grab", "d-grab", "--seeds", "0", "1", "--workers",
         "4", "--batch", "2", "--momentum", "0.5", "--record-orders", "--trace-every", "7"]

@@ -22,8 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from ordersim.orderers import available_orderers, make_orderer, orderer_class
-from reference.orderers import REFERENCES, drive, drive_pair_differences, herding, herding_reorder, lane_dot
+from ordersim.orderers import available_orderers, orderer_class
+# make_orderer: ordersim's, with the options some orderers require (kh-sgd's epochs) filled in
+from reference.orderers import (REFERENCES, drive, drive_pair_differences, herding, herding_reorder, lane_dot,
+                                make_orderer, required_options)
 
 ROOT = Path(__file__).resolve().parents[1]
 ORDERERS = sorted(available_orderers())
@@ -41,8 +43,13 @@ def is_coordinated(name):
 
 
 def is_balancing(name):
-    """Orderers that choose signs (and so take sign/walk_c/tie and count walk failures)."""
+    """Orderers that choose signs (and count walk failures)."""
     return hasattr(make_orderer(name, 1, 2, 1), "walk_failures")
+
+
+def takes_sign_options(name):
+    """Balancing orderers whose signs follow the sign options (not a rule of their own, kh-sgd's)."""
+    return is_balancing(name) and not orderer_class(name).own_sign_rule
 
 
 def gradients(m, n, d, seed, epochs=EPOCHS, kind="normal"):
@@ -250,7 +257,7 @@ def test_pair_difference_kernel_takes_only_whole_pairs_that_fit(name):
 def test_matches_reference(name, shape, options, kind):
     assert name in REFERENCES, f"{name} has no reference in tests/reference/orderers.py"
     m, n, d, b = shape
-    options = dict(options)
+    options = required_options(name, options)
     seed = options.pop("seed", 0)
     grads = gradients(m, n, d, seed, kind=kind)
     got_stats, want_stats = [], []
@@ -569,6 +576,8 @@ def test_memory_is_linear(name):
     else:
         n, d = 1000, 2000
         bound = 16 * (m * d + m * n) * 8
+        if name == "recursive-pair":  # and its block's tree: (2B - 1) d per worker (docs/algorithms.md)
+            bound += 2 * (2 * 8 - 1) * m * d * 8
     batch = np.random.default_rng(0).standard_normal((m, 100, d))
     for sign in ("deterministic", "walk"):
         o = make_orderer(name, m, n, d, sign=sign)
@@ -594,7 +603,7 @@ def test_same_seed_same_orders_different_seed_different_first_order(name):
         assert all(not np.array_equal(a[0][i], a[0][j]) for i in range(m) for j in range(i))
 
 
-@pytest.mark.parametrize("name", [n for n in ORDERERS if is_balancing(n)])
+@pytest.mark.parametrize("name", [n for n in ORDERERS if takes_sign_options(n)])
 def test_walk_is_seeded_and_counts_failures(name):
     m = 1 if is_centralized(name) else 3
     n, d = 30, 4
@@ -626,12 +635,17 @@ NO_JIT_SCRIPT = textwrap.dedent("""
     import numpy as np
     import numba
     from ordersim.orderers import make_orderer, orderer_class
-    from reference.orderers import REFERENCES, drive, drive_pair_differences
+    from reference.orderers import REFERENCES, drive, drive_pair_differences, required_options
     assert numba.config.DISABLE_JIT
     rng = np.random.default_rng(0)
     checked = []
-    for name, m in (("cd-grab", 3), ("d-grab", 2), ("greedy", 2), ("pair-grab", 1), ("d-grab-pair", 2)):
-        for n, b, options in ((7, 2, {}), (6, 1, {"sign": "walk", "walk_c": 1.0, "tie": "minus"})):
+    for name, m in (("cd-grab", 3), ("d-grab", 2), ("greedy", 2), ("pair-grab", 1), ("d-grab-pair", 2),
+                    ("sbw", 1), ("recursive-pair", 2)):
+        for n, b, options in ((7, 2, {}), (6, 1, {"sign": "walk", "walk_c": 1.0, "tie": "minus"}),
+                              (13, 3, {"block": 4, "b_max": 0.5, "epochs": 7})):
+            options = {key: value for key, value in options.items()
+                       if key not in ("block", "b_max", "epochs") or key in orderer_class(name).extra_options}
+            options = required_options(name, options)
             grads = [rng.standard_normal((m, n, 37)) for _ in range(3)]  # 16-lane blocks and a tail
             want = REFERENCES[name](m, n, 37, 1, grads, **options)
             got = drive(make_orderer(name, m, n, 37, seed=1, **options), grads, b)
@@ -640,7 +654,7 @@ NO_JIT_SCRIPT = textwrap.dedent("""
                 got = drive_pair_differences(make_orderer(name, m, n, 37, seed=1, **options), grads, b)
                 assert all(np.array_equal(g, w) for g, w in zip(got, want)), (name, n, b, options)
                 checked.append(name)
-    assert checked.count("cd-grab") == 2, checked
+    assert checked.count("cd-grab") == 3, checked
     print("no-jit ok")
 """)
 

@@ -47,11 +47,13 @@ def orderer_class(name: str) -> type[Orderer]:
 
 
 def make_orderer(name: str, workers: int, examples: int, dim: int, seed: int = 0, **options) -> Orderer:
-    """A fresh orderer; options: first_worker, sign, walk_c, tie, first_order (see Orderer)."""
+    """A fresh orderer; options: first_worker, sign, walk_c, tie, first_order (see Orderer), and
+    the orderer's own ``extra_options`` (kh-sgd's epochs, ...)."""
     cls = orderer_class(name)
-    unknown = sorted(set(options) - set(OPTIONS))
+    allowed = OPTIONS + cls.extra_options
+    unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise ValueError(f"{name}: unknown option(s) {', '.join(unknown)}; allowed: {', '.join(OPTIONS)}")
+        raise ValueError(f"{name}: unknown option(s) {', '.join(unknown)}; allowed: {', '.join(allowed)}")
     return cls(workers, examples, dim, seed, **options)
 
 

@@ -1,7 +1,10 @@
 """Numba kernels shared by the balancing orderers: the sign choice and the two reorder loops.
 
 Signs follow docs/algorithms.md ("Sign choice"): deterministic (eps = +1 iff <s,v> <= 0, or < 0 with
-tie="minus") or the self-balancing walk (eps = +1 with probability 1/2 - <s,v>/(2c), clipped).
+tie="minus") or the self-balancing walk (eps = +1 with probability 1/2 - <s,v>/(2c), clipped). The
+pair walk has two more rules, for orderers of the ADAPTIVE_BALANCE layout: kernel halving
+(kh-sgd, cd-kh), whose threshold adapts to the walk, and the self-balancing walk with c from the
+differences' norms (sbw); both need <v, v> of every pair.
 
 The state lives in one flat buffer (``_state.py``); a kernel call takes just (grads, state).
 
@@ -18,14 +21,18 @@ which cost cd-grab's serial epoch ~3 ms of ~60 (docs/performance.md).
 import numpy as np
 from numba import njit
 
+import math
+
 from ordersim.orderers._vector import (add_signed_difference, add_signed_difference_and_sum,
                                        add_signed_difference_and_sum_then_dot, add_signed_difference_then_dot,
-                                       dot_with_difference)
+                                       dot_with_difference, squared_norm_of_difference)
 from ordersim.orderers._state import N, OBSERVED, GradientOrderer, StateLayout, f64, i64, observer, open_for, \
     state_kernel, u8
 
 SIGN_DETERMINISTIC = 0
 SIGN_WALK = 1
+SIGN_KERNEL_HALVING = 2  # ADAPTIVE_BALANCE's rules, of the adaptive pair kernels
+SIGN_SCALED_WALK = 3
 
 BALANCE = StateLayout(
     # 1 for +1: row i's example at visit position t (mean balance) or its pair (t, t + 1) =
@@ -36,13 +43,30 @@ BALANCE = StateLayout(
     peaks=f64["sum_rows"],  # per running-sum row, the largest ||s||_inf so far
     uniforms=f64["m", "n"],  # the walk's uniforms of the epoch, u[i, k] for row i's k-th decision
     extra=f64["extra_rows", "m", "d"],  # the orderer's own rows (DistributedGraB, DistributedPairGraB)
-    sign_mode=i64[()],  # SIGN_DETERMINISTIC or SIGN_WALK
+    sign_mode=i64[()],  # SIGN_DETERMINISTIC or SIGN_WALK (or an ADAPTIVE_BALANCE mode)
     tie_plus=i64[()],  # 1: eps = +1 for <s, v> = 0
     walk_bound=f64[()],  # the walk's c
 )
 signs, walk_failures, running_sum = BALANCE.signs, BALANCE.walk_failures, BALANCE.running_sum
 peaks, uniforms, extra = BALANCE.peaks, BALANCE.uniforms, BALANCE.extra
 sign_mode, tie_plus, walk_bound = BALANCE.sign_mode, BALANCE.tie_plus, BALANCE.walk_bound
+
+# BALANCE's fields first, in its order, so that BALANCE's accessors read them in these states
+# too; then the state of the two adaptive pair rules (docs/algorithms.md, "kh-sgd", "sbw").
+ADAPTIVE_BALANCE = StateLayout(
+    **BALANCE.fields,
+    sub_gaussian=f64["sum_rows"],  # kernel halving's sigma per running-sum row
+    penalty_base=f64[()],  # kernel halving's P = (4 / delta)(ln E + 1)(1 + ln K)
+    epoch_factor=f64[()],  # e + 1 in the penalty ln(P k (e + 1))
+    walk_scale=f64[()],  # sbw: c = b_max * walk_scale
+    difference_bound=f64[()],  # sbw: the given b_max, or 0 (from the differences)
+    previous_largest=f64["sum_rows"],  # sbw: the largest ||v|| of the previous epoch
+    largest_difference=f64["sum_rows"],  # sbw: the largest ||v|| of this epoch so far
+)
+sub_gaussian, penalty_base, epoch_factor = (ADAPTIVE_BALANCE.sub_gaussian, ADAPTIVE_BALANCE.penalty_base,
+                                            ADAPTIVE_BALANCE.epoch_factor)
+walk_scale, difference_bound = ADAPTIVE_BALANCE.walk_scale, ADAPTIVE_BALANCE.difference_bound
+previous_largest, largest_difference = ADAPTIVE_BALANCE.previous_largest, ADAPTIVE_BALANCE.largest_difference
 
 
 @njit(inline="always", error_model="numpy")
@@ -57,6 +81,68 @@ def choose_sign(i, dot, mode, tie_plus, walk_c, u, at, walk_failures):
         walk_failures[i] += 1
     p = 0.5 - dot / (2.0 * walk_c)
     return 1.0 if u[at] < p else -1.0
+
+
+@njit(inline="always", error_model="numpy")
+def balance_rule(state):
+    """The sign options of BALANCE (choose_sign's): mode, tie plus, the walk's c."""
+    return sign_mode(state), tie_plus(state) != 0, walk_bound(state)
+
+
+@njit(inline="always", error_model="numpy")
+def balance_sign(rule, i, r, decision, k, dot, a, b, u, walk_failures):
+    """choose_sign with BALANCE's options ``rule`` (balance_rule): the pair walk's sign rule of
+    pair-grab, d-grab-pair and cd-grab; worker i's pair k, the walk's uniform u[k]."""
+    mode, plus, walk_c = rule
+    return choose_sign(i, dot, mode, plus, walk_c, u, k, walk_failures)
+
+
+@njit(inline="always", error_model="numpy")
+def adaptive_rule(state):
+    """The state of ADAPTIVE_BALANCE's rules, taken once per kernel call before the walk: views
+    taken by an inlined function after the vector code's intrinsics lost their stores (Numba
+    0.6x), so the rule gets them as arguments."""
+    return (sign_mode(state), sub_gaussian(state), penalty_base(state), epoch_factor(state), walk_scale(state),
+            difference_bound(state), previous_largest(state), largest_difference(state))
+
+
+@njit(inline="always", error_model="numpy")
+def adaptive_sign(rule, i, r, decision, k, dot, a, b, u, walk_failures):
+    """Worker i's sign for its pair k (v = a - b; b None: v = a) with dot = <s, v> against the
+    running-sum row r, the row's decision-th decision of the epoch (1, 2, ...), u[k] its uniform,
+    by an ADAPTIVE_BALANCE rule (adaptive_rule; docs/algorithms.md, "kh-sgd" and "sbw").
+    Kernel halving: a threshold a from beta = <v, v>, the penalty and sigma (updated here), eps =
+    +1 iff dot <= (2u - 1) a, a failure when |dot| > a; beta = 0 gives +1 and leaves sigma.
+    Scaled walk: the walk's rule with c = b_max * walk_scale, b_max given or the largest ||v|| of
+    the previous epoch (of this epoch so far, v included, if that was 0); c = 0 gives p = 1/2."""
+    mode, sigma, base, factor, scale, given_bound, previous, largest = rule
+    beta = squared_norm_of_difference(a, b)
+    if mode == SIGN_KERNEL_HALVING:
+        if beta == 0.0:
+            return 1.0
+        penalty = math.log(base * decision * factor)
+        ratio = sigma[r] * penalty / beta
+        if ratio <= 1.0:
+            threshold = beta
+            sigma[r] = 2.0 * beta
+        else:
+            root = math.sqrt(ratio)
+            threshold = root * beta
+            growth = penalty + 0.5 - root
+            if growth > 0.0:
+                sigma[r] = sigma[r] + 2.0 * beta * growth / penalty
+        if abs(dot) > threshold:
+            walk_failures[i] += 1
+        return 1.0 if dot <= (2.0 * u[k] - 1.0) * threshold else -1.0
+    largest[r] = max(largest[r], math.sqrt(beta))
+    bound = given_bound
+    if bound == 0.0:
+        bound = previous[r] if previous[r] > 0.0 else largest[r]
+    c = bound * scale
+    if abs(dot) > c:
+        walk_failures[i] += 1
+    p = 0.5 - dot / (2.0 * c) if c > 0.0 else 0.5
+    return 1.0 if u[k] < p else -1.0
 
 
 @observer
@@ -109,7 +195,7 @@ def difference_pair(differences, pending, start, i, q):
 
 
 @njit(inline="always", error_model="numpy")
-def walk_pairs(vectors, state, pairs, pair_vectors):
+def walk_pairs(vectors, state, pairs, pair_vectors, decide, rule):
     """PairBalance over `pairs` pairs of every worker, from the pair that visit position
     state[OBSERVED] completes or belongs to on: pair k is positions (2k, 2k+1), v = g_2k - g_2k+1,
     and pair_vectors(vectors, pending, start, i, q) gives worker i's q-th as (a, b), v = a - b
@@ -117,13 +203,14 @@ def walk_pairs(vectors, state, pairs, pair_vectors):
 
     The running sum has one row per worker (independent, d-grab-pair) or a single shared row
     (cd-grab), and the pair's workers are visited in worker order inside every pair index, so with
-    a shared row the walk is the coordinated one of CD-GraB. The sign of row i's pair k goes to
-    signs[i, k] (place_by_signs).
+    a shared row the walk is the coordinated one of CD-GraB. The sign of row i's pair k is
+    decide(rule, i, r, decision, k, dot, a, b, u[i], walk_failures) (balance_sign, adaptive_sign),
+    decision counting the row's decisions of the epoch from 1 (over all workers on a shared row);
+    it goes to signs[i, k] (place_by_signs).
     """
     m, start = vectors.shape[0], state[OBSERVED]
     chosen, failures, s, peak = signs(state), walk_failures(state), running_sum(state), peaks(state)
     u, pending = uniforms(state), extra(state)[0]
-    mode, plus, walk_c = sign_mode(state), tie_plus(state) != 0, walk_bound(state)
     rows = s.shape[0]
     dot_ahead, dot = False, 0.0  # whether the last update already took this pair's <s, v>
     for q in range(pairs):
@@ -134,7 +221,7 @@ def walk_pairs(vectors, state, pairs, pair_vectors):
             a, b = pair_vectors(vectors, pending, start, i, q)
             if not dot_ahead:
                 dot = dot_with_difference(row, a, b)
-            eps = choose_sign(i, dot, mode, plus, walk_c, u[i], k, failures)
+            eps = decide(rule, i, r, k * m + i + 1 if rows == 1 else k + 1, k, dot, a, b, u[i], failures)
             # With one shared row, the next pair of this call (the next worker's, or worker 0's
             # next one) is balanced against the s this update makes: its dot product is taken
             # in the update's pass, on s still in registers.
@@ -148,15 +235,15 @@ def walk_pairs(vectors, state, pairs, pair_vectors):
             chosen[i, k] = eps > 0.0
 
 
-@observer
-def pair_balance_observe(grads, state, start):
+@njit(inline="always", error_model="numpy")
+def walk_gradient_pairs(grads, state, start, decide, rule):
     """PairBalance (walk_pairs) on the gradients (m, b, d) of visit positions start..start+b-1:
     every pair the call completes. When a pair's first gradient is the last of a call, extra[0]
     (m, d) keeps a copy of it: the caller may overwrite its buffer before the partner arrives.
     With n odd the last example has no partner and takes the middle of the next order.
     """
     m, b, d = grads.shape
-    walk_pairs(grads, state, (start + b) // 2 - start // 2, gradient_pair)
+    walk_pairs(grads, state, (start + b) // 2 - start // 2, gradient_pair, decide, rule)
     last = start + b - 1
     if last % 2 == 0 and last < state[N] - 1:  # the partner comes in a later call: keep a copy
         pending = extra(state)[0]
@@ -165,8 +252,20 @@ def pair_balance_observe(grads, state, start):
                 pending[i, k] = grads[i, b - 1, k]
 
 
-@state_kernel
-def pair_difference_observe(differences, state):
+@observer
+def pair_balance_observe(grads, state, start):
+    """walk_gradient_pairs with the sign options (pair-grab, d-grab-pair, cd-grab)."""
+    walk_gradient_pairs(grads, state, start, balance_sign, balance_rule(state))
+
+
+@observer
+def adaptive_pair_observe(grads, state, start):
+    """walk_gradient_pairs with an ADAPTIVE_BALANCE rule (kh-sgd, cd-kh, sbw)."""
+    walk_gradient_pairs(grads, state, start, adaptive_sign, adaptive_rule(state))
+
+
+@njit(inline="always", error_model="numpy")
+def walk_difference_pairs(differences, state, decide, rule):
     """PairBalance (walk_pairs) on differences (m, p, d) already formed: v = g_2k - g_2k+1 of
     every worker's next p pairs (the serial backend forms them as the gradients come, so that the
     walk reads one vector per pair and the steps keep half as many rows; engine.epoch_loop).
@@ -180,10 +279,22 @@ def pair_difference_observe(differences, state):
     if not (open_for(differences, state) and (start % 2 == 0 or start == n)
             and (p >= 1 or start >= n - 1) and start + 2 * p <= n):
         return -1
-    walk_pairs(differences, state, p, difference_pair)
+    walk_pairs(differences, state, p, difference_pair, decide, rule)
     observed = start + 2 * p
     state[OBSERVED] = n if observed == n - 1 else observed
     return p
+
+
+@state_kernel
+def pair_difference_observe(differences, state):
+    """walk_difference_pairs with the sign options (pair-grab, d-grab-pair, cd-grab)."""
+    return walk_difference_pairs(differences, state, balance_sign, balance_rule(state))
+
+
+@state_kernel
+def adaptive_pair_difference_observe(differences, state):
+    """walk_difference_pairs with an ADAPTIVE_BALANCE rule (kh-sgd, cd-kh, sbw)."""
+    return walk_difference_pairs(differences, state, adaptive_sign, adaptive_rule(state))
 
 
 @njit(cache=True, error_model="numpy")
@@ -240,10 +351,25 @@ class BalancingOrderer(GradientOrderer):
 
     def _next_order(self) -> np.ndarray:
         next_order = np.empty_like(self.epoch_order)
-        place_by_signs(self.epoch_order, self.signs, self.kernel is pair_balance_observe, next_order)
+        place_by_signs(self.epoch_order, self.signs, self.pair_difference_kernel is not None, next_order)
         return next_order
 
     @property
     def balance_discrepancy(self) -> float:
         """max_k ||s_k||_inf over the epoch so far (the largest over independent rows)."""
         return float(self.peaks.max())
+
+
+class AdaptivePairWalk:
+    """Mixin, before a pair orderer's class (DistributedPairGraB or a subclass): its walk with an
+    ADAPTIVE_BALANCE rule instead of the sign options, which then have no effect. Subclasses set
+    the rule's mode and constants in _setup_state; the walk's uniforms are drawn every epoch."""
+
+    state_layout = ADAPTIVE_BALANCE
+    kernel = staticmethod(adaptive_pair_observe)
+    pair_difference_kernel = staticmethod(adaptive_pair_difference_observe)
+    own_sign_rule = True
+
+    def _begin(self):
+        super()._begin()
+        self.uniforms[...] = self.walk_uniforms()

@@ -1,13 +1,15 @@
 """The balancing kernels' per-example vector work, in explicit vector code: the dot product
-<s, a - b> every sign decision rests on, the update s += eps (a - b) with ||s||_inf, and the
-two in one pass (the shared walk's update followed by its next pair's dot product).
+<s, a - b> every sign decision rests on, the squared norm <a - b, a - b> (the scale of the
+kernel-halving and sbw walks), the update s += eps (a - b) with ||s||_inf, and the update and the
+dot product in one pass (the shared walk's update followed by its next pair's dot product).
 
 Every function takes b = None for a vector v = a that is already the difference (the pair walk
 over differences formed as the gradients come, engine.epoch_loop): then a alone is read, and
 the results are bitwise those for (a, zeros), as a - 0.0 = a.
 
 The dot product's association is fixed, so that every orderer, backend and the references in
-tests/reference/orderers.py (``lane_dot``) take the same sign decisions, exact ties included:
+tests/reference/orderers.py (``lane_dot``; the squared norm is lane_dot(a - b, a - b)) take the
+same sign decisions, exact ties included:
 
 - 16 lanes: lane l adds the terms s_k (a_k - b_k) with k = l, l + 16, l + 32, ... in order, over
   the first 16 * (d // 16) coordinates;
@@ -147,6 +149,25 @@ def _lane_sums(typingctx, s_address, a_address, b_address, blocks):
     return types.float64(s_address, a_address, b_address, blocks), codegen
 
 
+@intrinsic
+def _lane_squares(typingctx, a_address, b_address, blocks):
+    """The 16-lane part of <a - b, a - b> over `blocks` blocks of 16 doubles at the two addresses."""
+    def codegen(context, builder, signature, args):
+        a, b, count = _addresses(signature, args, 1)
+        accumulators = [_zero_vector(builder, NARROW) for _ in range(LANES // NARROW)]
+        with cgutils.for_range(builder, count) as loop:
+            base = builder.mul(loop.index, ir.Constant(loop.index.type, LANES))
+            for q, accumulator in enumerate(accumulators):
+                offset = builder.add(base, ir.Constant(base.type, q * NARROW))
+                a_value = builder.load(_vector_at(builder, a, offset, NARROW), align=8)
+                difference = _difference(builder, a_value, b, offset, NARROW)
+                builder.store(builder.fadd(builder.load(accumulator), builder.fmul(difference, difference)),
+                              accumulator)
+        return _add_lanes(builder, accumulators)
+
+    return types.float64(a_address, b_address, blocks), codegen
+
+
 def _signed_update_codegen(accumulate, width):
     """Code of s += eps (a - b) over `count` blocks of `width` doubles, returning the largest
     |s_k| of them; with ``accumulate`` also sums += a (GraB's epoch sum of the gradients, same
@@ -252,6 +273,19 @@ if config.DISABLE_JIT:
             total += s[k] * _component(a, b, k)
         return total
 
+    def squared_norm_of_difference(a, b):
+        """<a - b, a - b> (b None: <a, a>) with the module's association, as plain Python."""
+        d = a.shape[0]
+        whole = d // LANES * LANES
+        lanes = [0.0] * LANES
+        for k in range(whole):
+            lanes[k % LANES] += _component(a, b, k) * _component(a, b, k)
+        v = [(lanes[i] + lanes[4 + i]) + (lanes[8 + i] + lanes[12 + i]) for i in range(4)]
+        total = (v[0] + v[1]) + (v[2] + v[3])
+        for k in range(whole, d):
+            total += _component(a, b, k) * _component(a, b, k)
+        return total
+
     def add_signed_difference(s, a, b, eps):
         """s += eps (a - b) (b None: s += eps a); returns max_k |s_k| afterwards (plain Python)."""
         largest = 0.0
@@ -303,6 +337,16 @@ else:
         whole = s.shape[0] // LANES
         return _dot_tail(s, a, b, whole * LANES,
                          _lane_sums(s.ctypes.data, a.ctypes.data, _address(b), whole))
+
+    @njit(inline="always", error_model="numpy")
+    def squared_norm_of_difference(a, b):
+        """<a - b, a - b> (b None: <a, a>) with the module's association; a and b contiguous, of
+        one length."""
+        whole = a.shape[0] // LANES
+        total = _lane_squares(a.ctypes.data, _address(b), whole)
+        for k in range(whole * LANES, a.shape[0]):
+            total += _component(a, b, k) * _component(a, b, k)
+        return total
 
     @njit(inline="always", error_model="numpy")
     def add_signed_difference(s, a, b, eps):

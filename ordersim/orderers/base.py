@@ -43,6 +43,12 @@ class Orderer:
     coordinated: bool = False
     # Centralized algorithms are defined for one worker only; they name their distributed versions.
     centralized_alternatives: tuple[str, ...] = ()
+    # Options of this orderer beside the common ones (make_orderer's OPTIONS), keyword arguments
+    # of its __init__, and those of them that must be given (kh-sgd's epochs).
+    extra_options: tuple[str, ...] = ()
+    required_options: tuple[str, ...] = ()
+    # Balancing orderers whose signs follow a rule of their own, not the sign options.
+    own_sign_rule: bool = False
     # Set by begin_epoch() and end_epoch() (GradientOrderers keep both in their state header).
     in_epoch: bool = False
     observed: int = 0  # examples of every row observed in the current epoch

@@ -256,6 +256,214 @@ def pair_grab(m, n, d, seed, grads_per_epoch, stats=None, **options):
     return _pair_balance(m, n, d, seed, grads_per_epoch, False, stats, options)
 
 
+# -- the pair walks of Low-Rank Thinning ------------------------------------------------------------
+KH_DELTA = 0.5  # kernel halving's failure probability delta (the Low-Rank Thinning code's default)
+
+
+def _required(name, value):
+    if value is None:
+        raise ValueError(f"{name} must be given")
+    return value
+
+
+def _pair_walk(m, n, d, seed, grads_per_epoch, coordinated, stats, first_worker, first_order, decide, begin):
+    """The pair walk of pair balance (pairs (2k, 2k+1), v = g_first - g_second, pair index outer,
+    worker inner, one running sum per worker or one shared), with the sign of every decision
+    taken by ``decide(s_row, v, i, k, decision)``; ``begin(epoch)`` starts an epoch. decision
+    counts the epoch's decisions of the running sum: 1, 2, ... per row, or 1..m n/2 over the
+    shared sum. Placement as in pair balance; n odd: the last example takes the middle slot."""
+    orders = [first_orders(m, n, seed, first_worker, first_order)]
+    for epoch, grads in enumerate(grads_per_epoch):
+        failures = begin(epoch)
+        order = orders[-1]
+        new = np.full((m, n), -1, dtype=np.int64)
+        sums = np.zeros((1 if coordinated else m, d))
+        peak = 0.0
+        for k in range(n // 2):
+            for i in range(m):
+                first, second = order[i, 2 * k], order[i, 2 * k + 1]
+                v = grads[i, first] - grads[i, second]
+                row = 0 if coordinated else i
+                decision = k * m + i + 1 if coordinated else k + 1
+                eps = decide(row, sums[row], v, i, k, decision)
+                sums[row] += eps * v
+                peak = max(peak, float(np.max(np.abs(sums[row]))))
+                new[i, k], new[i, n - 1 - k] = (first, second) if eps > 0 else (second, first)
+        if n % 2 == 1:
+            new[:, n // 2] = order[:, n - 1]
+        orders.append(new)
+        if stats is not None:
+            stats.append({"walk_failures": failures.copy(), "discrepancy": peak})
+    return orders
+
+
+def _kernel_halving(m, n, d, seed, grads_per_epoch, coordinated, stats, epochs, options):
+    """Kernel halving on pair differences (Low-Rank Thinning's KH-SGD; with ``coordinated`` the
+    same rule over cd-grab's shared walk, cd-kh). Per decision k (1, 2, ... of the running sum's
+    epoch) with v, beta = <v, v>, the penalty L_k = ln(P k e), P = ((4/delta)(ln E + 1))(1 + ln K)
+    (K the decisions per epoch: n//2, or m (n//2) over the shared sum; e = epoch + 1), the state
+    sigma (zero at every epoch start) and U = 2u - 1 with u the walk uniform of (worker i, pair k):
+    if sigma L / beta <= 1 the threshold is a = beta and sigma <- 2 beta; otherwise r = sqrt(sigma L /
+    beta), a = r beta, and sigma <- sigma + 2 beta (L + 1/2 - r) / L when L + 1/2 - r > 0.
+    eps = +1 iff <s, v> <= U a; |<s, v>| > a counts a failure of row i. A zero difference
+    (beta = 0) gets +1 and leaves sigma as it is."""
+    o = _options(**options)
+    epochs = _required("epochs", epochs)
+    pairs = n // 2
+    per_epoch = m * pairs if coordinated else pairs
+    penalty_base = (4.0 / KH_DELTA) * (math.log(epochs) + 1.0) * (1.0 + math.log(max(per_epoch, 1)))
+    run = {}
+
+    def begin(epoch):
+        run["epoch"] = epoch
+        run["u"] = [stream(seed, "walk", o["first_worker"] + i, epoch).random(n) for i in range(m)]
+        run["sigma"] = [0.0] * (1 if coordinated else m)
+        run["failures"] = np.zeros(m, dtype=np.int64)
+        return run["failures"]
+
+    def decide(row, s, v, i, k, decision):
+        beta = float(lane_dot(v, v))
+        dot = float(lane_dot(s, v))
+        if beta == 0.0:
+            return 1
+        penalty = math.log(penalty_base * decision * (run["epoch"] + 1))
+        sigma = run["sigma"][row]
+        ratio = sigma * penalty / beta
+        if ratio <= 1.0:
+            threshold = beta
+            sigma = 2.0 * beta
+        else:
+            root = math.sqrt(ratio)
+            threshold = root * beta
+            growth = penalty + 0.5 - root
+            if growth > 0.0:
+                sigma = sigma + 2.0 * beta * growth / penalty
+        run["sigma"][row] = sigma
+        if abs(dot) > threshold:
+            run["failures"][i] += 1
+        uniform = 2.0 * run["u"][i][k] - 1.0
+        return 1 if dot <= uniform * threshold else -1
+
+    return _pair_walk(m, n, d, seed, grads_per_epoch, coordinated, stats, o["first_worker"], o["first_order"],
+                      decide, begin)
+
+
+def kh_sgd(m, n, d, seed, grads_per_epoch, stats=None, epochs=None, **options):
+    """KH-SGD (Low-Rank Thinning): kernel halving on one worker's pair differences."""
+    if m != 1:
+        raise ValueError("kh-sgd is defined for m = 1")
+    return _kernel_halving(m, n, d, seed, grads_per_epoch, False, stats, epochs, options)
+
+
+def cd_kh(m, n, d, seed, grads_per_epoch, stats=None, epochs=None, **options):
+    """cd-kh (ordersim's own): kernel halving over cd-grab's walk shared by all workers."""
+    return _kernel_halving(m, n, d, seed, grads_per_epoch, True, stats, epochs, options)
+
+
+def sbw(m, n, d, seed, grads_per_epoch, stats=None, epochs=None, b_max=None, **options):
+    """The self-balancing walk on pair differences with the Low-Rank Thinning code's constant:
+    pair-grab's walk sign (eps = +1 iff u < 1/2 - <s, v>/(2C), u the walk uniform of pair k; a
+    failure when |<s, v>| > C) with C = b (30 ln(n E d / (2 delta))), delta = 1/2. b is the option
+    b_max; by default the largest ||v||_2 = sqrt(<v, v>) of the previous epoch, and in the first
+    epoch (or after an epoch whose differences were all zero) the largest so far in this epoch,
+    the current pair's included. C = 0 (no non-zero difference yet: s = 0) gives probability 1/2."""
+    if m != 1:
+        raise ValueError("sbw is defined for m = 1")
+    o = _options(**options)
+    epochs = _required("epochs", epochs)
+    scale = 30.0 * math.log(n * epochs * d / (2.0 * KH_DELTA))
+    run = {"previous": 0.0}
+
+    def begin(epoch):
+        run["previous"], run["largest"] = run.get("largest", 0.0), 0.0
+        run["u"] = stream(seed, "walk", o["first_worker"], epoch).random(n)
+        run["failures"] = np.zeros(m, dtype=np.int64)
+        return run["failures"]
+
+    def decide(row, s, v, i, k, decision):
+        run["largest"] = max(run["largest"], math.sqrt(float(lane_dot(v, v))))
+        bound = b_max if b_max is not None else run["previous"] if run["previous"] > 0.0 else run["largest"]
+        c = bound * scale
+        dot = float(lane_dot(s, v))
+        if abs(dot) > c:
+            run["failures"][i] += 1
+        probability = 0.5 - dot / (2.0 * c) if c > 0.0 else 0.5
+        return 1 if run["u"][k] < probability else -1
+
+    return _pair_walk(m, n, d, seed, grads_per_epoch, False, stats, o["first_worker"], o["first_order"],
+                      decide, begin)
+
+
+# -- recursive pair balance ----------------------------------------------------------------------------
+def recursive_pair(m, n, d, seed, grads_per_epoch, stats=None, block=8, **options):
+    """grab-sampler's recursive pair balance, every worker on its own. The visit order is cut into
+    blocks of B = ``block`` = 2^p consecutive positions (the last n mod B positions are no block).
+    A block's examples go through a binary tree of B - 1 nodes (heap order: node t's children are
+    2t + 1, the "+" half, and 2t + 2, the "-" half), each with an accumulator in R^d that persists
+    over the epoch's blocks (zero at its start). At a node with the list x of 2q examples: the
+    pairs (x[2j], x[2j+1]) give v_j = g_first - g_second, every v_j is signed against the node's
+    accumulator as it stands when the node is reached in this block (all of the node's pairs
+    against the same one), then acc += eps_j v_j for j in order; the "+" half (the example each
+    pair sends left: its first if eps = +1, else its second) and the "-" half, each in pair order,
+    go to the children; a node of one example is a leaf. The block's leaves in tree order (the "+"
+    subtree first) form its batch order L_j. Decisions are numbered in level order: block j's pair
+    j' of the node at level l, position r in its level (node t = 2^l - 1 + r, B / 2^(l+1) pairs)
+    is decision j p B/2 + l B/2 + r B/2^(l+1) + j'; the walk's k-th decision of the epoch uses u[k]
+    of stream(seed, "walk", w, e).random(blocks p B/2).
+    Next order: for i = 0..B-1, the i-th examples L_j[i] of all blocks j in block order (in reverse
+    block order when i is odd); the n mod B examples after the last block, in visit order, go
+    between the first B/2 of these runs and the last B/2. With B = 2 this is pair balance."""
+    o = _options(**options)
+    B = block
+    levels = B.bit_length() - 1
+    if B < 2 or B != 1 << levels:
+        raise ValueError(f"block must be a power of two >= 2, got {B}")
+    blocks, per_block = n // B, levels * B // 2
+    walk_c = default_walk_c(m * n, d) if o["walk_c"] is None else o["walk_c"]
+    orders = [first_orders(m, n, seed, o["first_worker"], o["first_order"])]
+    for epoch, grads in enumerate(grads_per_epoch):
+        order = orders[-1]
+        new = np.empty((m, n), dtype=np.int64)
+        failures = np.zeros(m, dtype=np.int64)
+        peak = 0.0
+        for i in range(m):
+            rule = SignRule(1, n, d, seed, o["first_worker"] + i, o["sign"], walk_c, o["tie"])
+            rule.u = [stream(seed, "walk", o["first_worker"] + i, epoch).random(blocks * per_block)]
+            acc = np.zeros((B - 1, d))
+
+            def balance(j, node, examples):
+                nonlocal peak
+                if len(examples) == 1:
+                    return list(examples)
+                level = (node + 1).bit_length() - 1
+                first_decision = j * per_block + level * B // 2 + (node + 1 - (1 << level)) * len(examples) // 2
+                s = acc[node].copy()
+                plus, minus, signed = [], [], []
+                for q in range(len(examples) // 2):
+                    first, second = examples[2 * q], examples[2 * q + 1]
+                    v = grads[i, first] - grads[i, second]
+                    eps = rule(s, v, 0, first_decision + q)
+                    signed.append(eps * v)
+                    plus.append(first if eps > 0 else second)
+                    minus.append(second if eps > 0 else first)
+                for w in signed:
+                    acc[node] += w
+                    peak = max(peak, float(np.max(np.abs(acc[node]))))
+                return balance(j, 2 * node + 1, plus) + balance(j, 2 * node + 2, minus)
+
+            # level order and depth first give the same accumulators: a node is reached once per block
+            leaves = [balance(j, 0, list(order[i, j * B:(j + 1) * B])) for j in range(blocks)]
+            runs = [[leaves[j][r] for j in (range(blocks) if r % 2 == 0 else reversed(range(blocks)))]
+                    for r in range(B)]
+            rest = list(order[i, blocks * B:])
+            new[i] = sum(runs[:B // 2], []) + rest + sum(runs[B // 2:], [])
+            failures[i] = rule.failures[0]
+        orders.append(new)
+        if stats is not None:
+            stats.append({"walk_failures": failures, "discrepancy": peak})
+    return orders
+
+
 # -- greedy herding ----------------------------------------------------------------------------------
 def greedy(m, n, d, seed, grads_per_epoch, stats=None, **options):
     """Offline herding per worker: center the epoch's n gradients on their mean, then repeatedly take
@@ -289,7 +497,32 @@ REFERENCES = {
     "d-grab-pair": d_grab_pair,
     "cd-grab": cd_grab,
     "greedy": greedy,
+    "sbw": sbw,
+    "recursive-pair": recursive_pair,
 }
+
+
+# -- building and driving a real orderer --------------------------------------------------------------
+TEST_OPTIONS = {"epochs": 4}  # what the tests give a required option when a test does not choose
+
+
+def required_options(name, options=None):
+    """``options`` with every option that orderer ``name`` requires (its ``required_options``, e.g.
+    kh-sgd's ``epochs``) added at the tests' value unless given."""
+    from ordersim.orderers import orderer_class
+
+    options = dict(options or {})
+    for option in getattr(orderer_class(name), "required_options", ()):
+        options.setdefault(option, TEST_OPTIONS[option])
+    return options
+
+
+def make_orderer(name, workers, examples, dim, seed=0, **options):
+    """ordersim.orderers.make_orderer, with the options the orderer requires (``required_options``)
+    at the tests' values unless given: the suite builds every registered orderer the same way."""
+    from ordersim.orderers import make_orderer as make
+
+    return make(name, workers, examples, dim, seed, **required_options(name, options))
 
 
 # -- driving a real orderer ---------------------------------------------------------------------------
