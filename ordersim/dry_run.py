@@ -98,7 +98,8 @@ def run_buffer_bytes(config, setup, name: str) -> int:
     coordinated = cls.coordinated and backend.size > 1  # every rank runs it for all m workers
     rows, first = (m, 0) if coordinated else (local, backend.first)
     orderer = make_orderer(name, rows, n, d, 0, first_worker=first, sign=config.sign, tie=config.tie,
-                           first_order=config.first_order, walk_c=config.walk_c or None)
+                           first_order=config.first_order, walk_c=config.walk_c or None,
+                           run_epochs=config.epochs)
     if backend.size == 1:
         store = (engine.PAIR_DIFFERENCES if cls.pair_difference_kernel is not None
                  else engine.GRADIENTS if cls.needs_gradients else engine.NO_GRADIENTS)

@@ -125,7 +125,8 @@ def run(workers, examples, dim=16, rounds=15, orderers=DEFAULT_ORDERERS, seed=0,
     results = {}
     for name in orderers:
         started = time.perf_counter()
-        o = make_orderer(name, workers=workers, examples=examples, dim=dim, seed=seed, first_order="random")
+        o = make_orderer(name, workers=workers, examples=examples, dim=dim, seed=seed, first_order="random",
+                         run_epochs=max(rounds, 1))
         values = np.empty(rounds + 1)
         for r in range(rounds + 1):
             order = o.begin_epoch()

@@ -297,7 +297,8 @@ class Run:
         # A coordinated orderer runs for all m workers on every rank; the others for this rank's own.
         self.coordinated = cls.coordinated and backend.size > 1
         rows, first = (m, 0) if self.coordinated else (self.local, backend.first)
-        self.orderer = make_orderer(orderer_name, rows, n, d, seed, first_worker=first, **options)
+        self.orderer = make_orderer(orderer_name, rows, n, d, seed, first_worker=first,
+                                    run_epochs=config.epochs, **options)
         self.own_rows = slice(backend.first, backend.last) if self.coordinated else slice(None)
         # the model and every buffer of the step loops start on a cache line (ordersim/aligned.py)
         self.x = aligned.on_cache_line(problem.initial_point(stream(seed, "init")))

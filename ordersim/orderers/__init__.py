@@ -46,14 +46,19 @@ def orderer_class(name: str) -> type[Orderer]:
     return registry[name]
 
 
-def make_orderer(name: str, workers: int, examples: int, dim: int, seed: int = 0, **options) -> Orderer:
+def make_orderer(name: str, workers: int, examples: int, dim: int, seed: int = 0, *,
+                 run_epochs: int | None = None, **options) -> Orderer:
     """A fresh orderer; options: first_worker, sign, walk_c, tie, first_order (see Orderer), and
-    the orderer's own ``extra_options`` (kh-sgd's epochs, ...)."""
+    the orderer's own ``extra_options`` (sbw's epochs, ...). ``run_epochs``, the run's number of
+    epochs, is passed as ``epochs`` to the orderers whose rule needs it and ignored by the others,
+    so a caller running every orderer need not know which do."""
     cls = orderer_class(name)
     allowed = OPTIONS + cls.extra_options
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise ValueError(f"{name}: unknown option(s) {', '.join(unknown)}; allowed: {', '.join(allowed)}")
+    if run_epochs is not None and "epochs" in cls.extra_options:
+        options.setdefault("epochs", run_epochs)
     return cls(workers, examples, dim, seed, **options)
 
 
