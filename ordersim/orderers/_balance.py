@@ -133,7 +133,7 @@ def adaptive_sign(rule, i, r, decision, k, dot, a, b, u, walk_failures):
     """Worker i's sign for its pair k (v = a - b; b None: v = a) with dot = <s, v> against the
     running-sum row r, the row's decision-th decision of the epoch (1, 2, ...), u[k] its uniform,
     by an ADAPTIVE_BALANCE rule (adaptive_rule; docs/algorithms.md, "kh-sgd" and "sbw").
-    Kernel halving: a threshold a from beta = <v, v>, the penalty and sigma (updated here), eps =
+    Kernel halving (kernel_halving_sign): a threshold a from beta = <v, v>, the penalty and sigma, eps =
     +1 iff dot <= (2u - 1) a, a failure when |dot| > a; beta = 0 gives +1 and leaves sigma.
     Scaled walk: the walk's rule with c = b_max * walk_scale, b_max given or the largest ||v|| of
     the previous epoch (of this epoch so far, v included, if that was 0); c = 0 gives p = 1/2."""
