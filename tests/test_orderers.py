@@ -294,10 +294,14 @@ def test_orders_are_permutations_every_epoch(name):
 # -- equivalences ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", [n for n in ORDERERS if is_centralized(n)])
 def test_centralized_orderers_refuse_several_workers(name):
+    """The error names the orderers to use for m > 1, each registered (kh-sgd: cd-kh; the others: cd-grab, ...)."""
+    alternatives = orderer_class(name).centralized_alternatives
+    assert set(alternatives) <= set(ORDERERS)
+    assert "cd-kh" in alternatives if name == "kh-sgd" else "cd-grab" in alternatives
     for m in (2, 3, 8):
-        with pytest.raises(ValueError, match=r"d-grab") as info:
+        with pytest.raises(ValueError, match=r"workers=1") as info:
             make_orderer(name, workers=m, examples=10, dim=3)
-        assert "cd-grab" in str(info.value) and f"workers={m}" in str(info.value)
+        assert all(other in str(info.value) for other in alternatives) and f"workers={m}" in str(info.value)
 
 
 @pytest.mark.parametrize("n,b", [(10, 1), (11, 3), (12, 4), (9, 9)])
@@ -640,7 +644,7 @@ NO_JIT_SCRIPT = textwrap.dedent("""
     rng = np.random.default_rng(0)
     checked = []
     for name, m in (("cd-grab", 3), ("d-grab", 2), ("greedy", 2), ("pair-grab", 1), ("d-grab-pair", 2),
-                    ("sbw", 1), ("recursive-pair", 2)):
+                    ("sbw", 1), ("kh-sgd", 1), ("cd-kh", 3), ("recursive-pair", 2)):
         for n, b, options in ((7, 2, {}), (6, 1, {"sign": "walk", "walk_c": 1.0, "tie": "minus"}),
                               (13, 3, {"block": 4, "b_max": 0.5, "epochs": 7})):
             options = {key: value for key, value in options.items()

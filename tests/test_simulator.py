@@ -146,13 +146,14 @@ OTHERS = ["--epochs", "2", "--workers", "4", "--batch", "2", "--seeds", "0", "--
 
 
 def test_orderers_whose_rule_needs_the_run_length_get_it(tmp_path):
-    """sbw's constant needs the number of epochs E: the simulator passes the run's."""
-    path = tmp_path / "sbw.h5"
-    result = run_serial(["--workers", "1", "--epochs", "2", "--seeds", "0", "--quiet", "--orderers", "sbw",
+    """sbw's constant and kh-sgd's penalty need the number of epochs E: the simulator passes the run's."""
+    path = tmp_path / "run_length.h5"
+    result = run_serial(["--workers", "1", "--epochs", "2", "--seeds", "0", "--quiet", "--orderers", "sbw", "kh-sgd",
                          "--out", str(path)])
     assert result.returncode == 0, result.stderr
     with h5py.File(path, "r") as f:
-        assert len(f["runs/sbw/seed_0/train_loss"]) == 3
+        for name in ("sbw", "kh-sgd"):
+            assert len(f[f"runs/{name}/seed_0/train_loss"]) == 3
 
 
 @pytest.mark.mpi

@@ -106,34 +106,41 @@ def adaptive_rule(state):
             difference_bound(state), previous_largest(state), largest_difference(state))
 
 
+@njit(error_model="numpy", _nrt=False)
+def kernel_halving_sign(i, r, decision, k, dot, beta, sigma, base, factor, u, walk_failures):
+    """adaptive_sign's kernel-halving rule, sigma[r] updated (docs/algorithms.md, "kh-sgd"). Not
+    inlined: inlined after the vector code's intrinsics, its store to sigma was lost (Numba 0.68)."""
+    if beta == 0.0:
+        return 1.0
+    penalty = math.log(base * decision * factor)
+    ratio = sigma[r] * penalty / beta
+    if ratio <= 1.0:
+        threshold = beta
+        sigma[r] = 2.0 * beta
+    else:
+        root = math.sqrt(ratio)
+        threshold = root * beta
+        growth = penalty + 0.5 - root
+        if growth > 0.0:
+            sigma[r] = sigma[r] + 2.0 * beta * growth / penalty
+    if abs(dot) > threshold:
+        walk_failures[i] += 1
+    return 1.0 if dot <= (2.0 * u[k] - 1.0) * threshold else -1.0
+
+
 @njit(inline="always", error_model="numpy")
 def adaptive_sign(rule, i, r, decision, k, dot, a, b, u, walk_failures):
     """Worker i's sign for its pair k (v = a - b; b None: v = a) with dot = <s, v> against the
     running-sum row r, the row's decision-th decision of the epoch (1, 2, ...), u[k] its uniform,
     by an ADAPTIVE_BALANCE rule (adaptive_rule; docs/algorithms.md, "kh-sgd" and "sbw").
-    Kernel halving: a threshold a from beta = <v, v>, the penalty and sigma (updated here), eps =
+    Kernel halving (kernel_halving_sign): a threshold a from beta = <v, v>, the penalty and sigma, eps =
     +1 iff dot <= (2u - 1) a, a failure when |dot| > a; beta = 0 gives +1 and leaves sigma.
     Scaled walk: the walk's rule with c = b_max * walk_scale, b_max given or the largest ||v|| of
     the previous epoch (of this epoch so far, v included, if that was 0); c = 0 gives p = 1/2."""
     mode, sigma, base, factor, scale, given_bound, previous, largest = rule
     beta = squared_norm_of_difference(a, b)
     if mode == SIGN_KERNEL_HALVING:
-        if beta == 0.0:
-            return 1.0
-        penalty = math.log(base * decision * factor)
-        ratio = sigma[r] * penalty / beta
-        if ratio <= 1.0:
-            threshold = beta
-            sigma[r] = 2.0 * beta
-        else:
-            root = math.sqrt(ratio)
-            threshold = root * beta
-            growth = penalty + 0.5 - root
-            if growth > 0.0:
-                sigma[r] = sigma[r] + 2.0 * beta * growth / penalty
-        if abs(dot) > threshold:
-            walk_failures[i] += 1
-        return 1.0 if dot <= (2.0 * u[k] - 1.0) * threshold else -1.0
+        return kernel_halving_sign(i, r, decision, k, dot, beta, sigma, base, factor, u, walk_failures)
     largest[r] = max(largest[r], math.sqrt(beta))
     bound = given_bound
     if bound == 0.0:

@@ -497,6 +497,8 @@ REFERENCES = {
     "d-grab-pair": d_grab_pair,
     "cd-grab": cd_grab,
     "greedy": greedy,
+    "kh-sgd": kh_sgd,
+    "cd-kh": cd_kh,
     "sbw": sbw,
     "recursive-pair": recursive_pair,
 }
