@@ -1,6 +1,6 @@
 """Traces as one labelled cube: ``to_xarray(files)`` -> xarray.Dataset (needs the `xarray` extra).
 
-    import ordersim.analysis
+    from ordersim import analysis
     ds = analysis.to_xarray(sorted(glob.glob("sweep-lr/cell_*.h5")))
     ds.train_loss.sel(orderer="cd-grab").mean("seed")          # (lr, epoch)
     ds.suboptimality.isel(epoch=-1).to_pandas()               # any 2-d slice as a table

@@ -159,7 +159,7 @@ def test_load_runs_has_a_column_for_every_setting_that_differs(sweep_traces):
 
 def test_to_xarray_gives_the_settings_orderer_seed_epoch_cube(sweep_traces):
     pytest.importorskip("xarray")
-    import ordersim.analysis
+    from ordersim import analysis
     from ordersim.analysis.load import load_run_arrays
 
     files, _ = sweep_traces
