@@ -1,0 +1,101 @@
+"""ordersim.torch: the samplers' orders, fed real per-example gradients of a small torch model
+(torch.func, a dict of four parameters, float32 and float64), are the NumPy reference's and the
+simulator's orderers' for the same gradients, in one process and across 2 and 4 torch.distributed
+processes (gloo on CPU, started here as real processes)."""
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the torch extra is not installed: pip install torch==2.13.0 "
+                                            "(a CPU build), then pytest tests/test_torch.py")
+
+import reference.orderers as reference  # noqa: E402
+from conftest import ROOT  # noqa: E402
+from ordersim.orderers import make_orderer  # noqa: E402
+from ordersim.torch import DistributedOrderedSampler, OrderedSampler, flatten_per_example  # noqa: E402
+from reference.orderers import drive  # noqa: E402
+from torch_ranks import BATCH, DISTRIBUTED_CASES, EXAMPLES_PER_WORKER, EPOCHS, SEED, train  # noqa: E402
+
+
+def reference_orders(name, m, n, d, grads, options):
+    """The NumPy reference's orders, and the orders of ordersim's own orderer driven as the
+    simulator's serial backend drives it, for grads (E, m, n, d) by local example."""
+    ref = getattr(reference, name.replace("-", "_"))(m, n, d, SEED, list(grads), **options)
+    kernel = drive(make_orderer(name, m, n, d, SEED, **options), list(grads), BATCH)
+    return np.stack(ref), np.stack(kernel)
+
+
+@pytest.mark.parametrize("name, dtype, options", [
+    ("rr", "float32", {}),
+    ("grab", "float32", {}),
+    ("grab", "float64", {"sign": "walk"}),
+    ("cd-grab", "float32", {"sign": "walk"}),
+    ("cd-grab", "float64", {"tie": "minus"}),
+])
+def test_one_process_orders_are_the_references(name, dtype, options):
+    n = 13  # odd, and 13 mod 4 = 1: a last batch of one example
+    orders, grads, d = train(OrderedSampler, name, dtype, options, examples=n)
+    want, kernel = reference_orders(name, 1, n, d, grads[:, None], options)
+    assert orders.shape == (EPOCHS + 1, n)
+    np.testing.assert_array_equal(orders, want[:, 0])
+    np.testing.assert_array_equal(orders, kernel[:, 0])
+    if name != "rr":
+        assert len({tuple(o) for o in orders[1:]}) > 1, "the orders follow the gradients"
+
+
+def launch(world, tmp_path):
+    """Run tests/torch_ranks.py as `world` processes; {case: (orders (m, E+1, n), grads (E, m, n, d))}."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
+    ranks = [subprocess.Popen([sys.executable, str(ROOT / "tests/torch_ranks.py"), str(rank), str(world),
+                               str(tmp_path / "init"), str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+             for rank in range(world)]
+    deadline, failures = time.monotonic() + 240, []
+    for rank, process in enumerate(ranks):
+        try:
+            _, err = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for other in ranks:
+                other.kill()
+            pytest.fail(f"rank {rank} of {world} did not end within 240 s")
+        if process.returncode:
+            failures.append(f"rank {rank} exited {process.returncode}:\n{err}")
+    assert not failures, "\n".join(failures)
+    results = {}
+    for case in range(len(DISTRIBUTED_CASES)):
+        files = [np.load(tmp_path / f"case{case}_rank{rank}.npz") for rank in range(world)]
+        results[case] = (np.stack([f["orders"] for f in files]), np.stack([f["grads"] for f in files], axis=1))
+    return results
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=lambda world: f"{world}-processes")
+def distributed(request, tmp_path_factory):
+    # the pair kernels compile here (cached on disk) before the ranks load them
+    for name in ("cd-grab", "d-grab"):
+        make_orderer(name, 1, 2, 1).begin_epoch()
+        o = make_orderer(name, 1, 2, 1)
+        o.begin_epoch()
+        o.observe(np.zeros((1, 2, 1)))
+    return request.param, launch(request.param, tmp_path_factory.mktemp(f"torch{request.param}"))
+
+
+@pytest.mark.parametrize("case", range(len(DISTRIBUTED_CASES)),
+                         ids=[f"{name}-{dtype}" for name, dtype, _ in DISTRIBUTED_CASES])
+def test_distributed_orders_are_the_references(distributed, case):
+    world, results = distributed
+    name, dtype, options = DISTRIBUTED_CASES[case]
+    orders, grads = results[case]
+    n = EXAMPLES_PER_WORKER
+    d = grads.shape[-1]
+    assert orders.shape == (world, EPOCHS + 1, n)
+    # rank r yields its shard r n .. (r + 1) n - 1, in its row's order; the last example is left out
+    local = orders - (np.arange(world) * n)[:, None, None]
+    want, kernel = reference_orders(name, world, n, d, grads, options)
+    np.testing.assert_array_equal(local, want.transpose(1, 0, 2))
+    np.testing.assert_array_equal(local, kernel.transpose(1, 0, 2))
+    assert len({tuple(o) for o in local[0, 1:]}) > 1, "the orders follow the gradients"

@@ -1,0 +1,96 @@
+"""Training with ordersim.torch's samplers as the tests check it, in one process or as one rank of a
+torch.distributed job (``python tests/torch_ranks.py RANK WORLD INIT_FILE OUT_DIR``, started by
+tests/test_torch.py, gloo on CPU): a small two-layer network on the first rows of scikit-learn's
+digits, its per-example gradients from torch.func (a dict of four parameters), SGD along their
+mean (averaged over the ranks), and what the sampler saw: the examples it yielded and the
+gradients observed, flattened here on their own so the tests compare with the NumPy reference."""
+
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.datasets import load_digits
+from torch.func import functional_call, grad, vmap
+from torch.utils.data import DataLoader, TensorDataset
+
+# (orderer, dtype, options) of every distributed case; one job runs them all (torch's import is
+# seconds per process)
+DISTRIBUTED_CASES = [
+    ("cd-grab", "float32", {}),
+    ("cd-grab", "float64", {"sign": "walk"}),
+    ("d-grab", "float32", {"sign": "walk"}),
+    ("d-grab", "float64", {}),
+]
+EXAMPLES_PER_WORKER, BATCH, EPOCHS, SEED = 11, 4, 3, 3  # n odd, n mod b = 3: a short last batch
+
+
+def digits(rows: int, dtype) -> TensorDataset:
+    """(features, label, index) of the first ``rows`` digits."""
+    data = load_digits()
+    X = torch.tensor(data.data[:rows] / 16.0, dtype=dtype)
+    return TensorDataset(X, torch.tensor(data.target[:rows]), torch.arange(rows))
+
+
+def flat_rows(grads: dict) -> np.ndarray:
+    """(b, d) float64: the tensors of the dict, example by example (the test's own flattening)."""
+    b = next(iter(grads.values())).shape[0]
+    return torch.cat([g.reshape(b, -1) for g in grads.values()], dim=1).double().numpy()
+
+
+def train(sampler_class, orderer, dtype, options, *, examples, distributed=False):
+    """Train for EPOCHS epochs; returns (the global indices of every epoch's order and last the
+    next epoch's, (E + 1, n); the observed gradients by local example (E, n, d) float64; d)."""
+    dtype = getattr(torch, dtype)
+    torch.manual_seed(SEED)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 4), torch.nn.Tanh(), torch.nn.Linear(4, 10)).to(dtype)
+    params = {name: p.detach() for name, p in model.named_parameters()}
+
+    def loss(params, x, y):
+        return torch.nn.functional.cross_entropy(functional_call(model, params, (x[None],)), y[None])
+
+    per_example = vmap(grad(loss), in_dims=(None, 0, 0))
+    data = digits(examples, dtype)
+    sampler = sampler_class(data, orderer, params=params, seed=SEED, **options)
+    loader = DataLoader(data, batch_size=BATCH, sampler=sampler)
+    n = len(sampler)
+    orders, observed = [], []
+    for epoch in range(EPOCHS):
+        sampler.set_epoch(epoch)
+        visited, rows = [], []
+        for x, y, index in loader:
+            grads = per_example(params, x, y)
+            sampler.observe(grads)
+            visited.append(index.numpy())
+            rows.append(flat_rows(grads))
+            for name, g in grads.items():
+                step = g.mean(0)
+                if distributed:
+                    torch.distributed.all_reduce(step)
+                    step /= sampler.workers
+                params[name] -= 0.5 * step
+        visited = np.concatenate(visited)
+        by_local = np.empty((n, rows[0].shape[1]))
+        by_local[visited - sampler.shard[0]] = np.concatenate(rows)
+        orders.append(visited)
+        observed.append(by_local)
+    sampler.set_epoch(EPOCHS)
+    orders.append(sampler.order)
+    return np.stack(orders), np.stack(observed), observed[0].shape[1]
+
+
+def main(rank, world, init_file, out_dir):
+    from ordersim.torch import DistributedOrderedSampler
+
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                                         world_size=world, timeout=timedelta(seconds=60))
+    for case, (orderer, dtype, options) in enumerate(DISTRIBUTED_CASES):
+        orders, grads, _ = train(DistributedOrderedSampler, orderer, dtype, options,
+                                 examples=EXAMPLES_PER_WORKER * world + 1, distributed=True)
+        np.savez(Path(out_dir) / f"case{case}_rank{rank}.npz", orders=orders, grads=grads)
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])
