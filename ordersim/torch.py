@@ -82,6 +82,11 @@ def flatten_per_example(per_example, dim: int) -> np.ndarray:
     return flat
 
 
+def _copied(state: dict) -> dict:
+    """An orderer's checkpoint_state() with arrays of its own (the orderer's are its live buffers)."""
+    return {key: value.copy() if isinstance(value, np.ndarray) else value for key, value in state.items()}
+
+
 class OrderedSampler(Sampler[int]):
     """A torch Sampler over ``data_source`` (a dataset or its length) whose order every epoch is
     ordersim orderer ``orderer``'s for one worker (m = 1).
@@ -189,12 +194,13 @@ class OrderedSampler(Sampler[int]):
         return local[None]
 
     def state_dict(self) -> dict:
-        """The orderer's state (arrays, numbers and strings), for a checkpoint of the training run."""
-        return self.orderer.checkpoint_state()
+        """The orderer's state (arrays, numbers and strings), for a checkpoint of the training run:
+        a copy, which the sampler's later epochs leave as it is."""
+        return _copied(self.orderer.checkpoint_state())
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from state_dict() of a sampler made with the same arguments."""
-        self.orderer.restore_state(state)
+        """Continue from state_dict() of a sampler made with the same arguments (copying it)."""
+        self.orderer.restore_state(_copied(state))
 
 
 class DistributedOrderedSampler(OrderedSampler):

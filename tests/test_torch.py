@@ -14,7 +14,10 @@ import pytest
 torch = pytest.importorskip("torch", reason="the torch extra is not installed: pip install torch==2.13.0 "
                                             "(a CPU build), then pytest tests/test_torch.py")
 
+torch.set_num_threads(1)  # the tensors are tiny: more threads only wait for each other
+
 import reference.orderers as reference  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 from conftest import ROOT  # noqa: E402
 from ordersim.orderers import make_orderer  # noqa: E402
 from ordersim.torch import DistributedOrderedSampler, OrderedSampler, flatten_per_example  # noqa: E402
@@ -48,8 +51,54 @@ def test_one_process_orders_are_the_references(name, dtype, options):
         assert len({tuple(o) for o in orders[1:]}) > 1, "the orders follow the gradients"
 
 
+def test_rr_needs_no_observe_and_a_state_dict_continues_the_orders():
+    sampler = OrderedSampler(10, "rr", seed=SEED)
+    orders = [list(sampler) for _ in range(3)]  # every iteration is the next epoch
+    np.testing.assert_array_equal(orders, np.stack(reference.rr(1, 10, 1, SEED, [None] * 2))[:, 0])
+    params = {"w": torch.zeros(2, 3), "b": torch.zeros(2)}
+    grads = {"w": torch.randn(10, 2, 3, generator=torch.Generator().manual_seed(0)), "b": torch.ones(10, 2)}
+    first = OrderedSampler(10, "cd-grab", params=params, seed=SEED)
+    for _ in range(2):
+        iter(first)
+        first.observe(grads)
+    again = OrderedSampler(10, "cd-grab", params=params, seed=SEED)
+    again.load_state_dict(first.state_dict())
+    for sampler in (first, again):
+        sampler.set_epoch(2)
+        iter(sampler)
+        sampler.observe(grads)
+        sampler.set_epoch(3)
+    np.testing.assert_array_equal(again.order, first.order)
+
+
+def test_mistakes_are_named():
+    params = {"w": torch.zeros(4, 3), "b": torch.zeros(4)}  # 16 values per example
+    with pytest.raises(ValueError, match=r"OrderedSampler: cd-grab reads the gradients: pass params="):
+        OrderedSampler(8, "cd-grab")
+    with pytest.raises(ValueError, match=r"unknown option\(s\) bogus"):
+        OrderedSampler(8, "grab", params=params, bogus=1)
+    sampler = OrderedSampler(8, "grab", params=params)
+    with pytest.raises(ValueError, match=r"set_epoch\(2\): the next epoch is 0"):
+        sampler.set_epoch(2)
+    iter(sampler)
+    with pytest.raises(ValueError, match=r"hold 12 values per example; the sampler was made for params of 16"):
+        sampler.observe({"w": torch.zeros(3, 4, 3)})
+    with pytest.raises(ValueError, match=r"different numbers of examples \[2, 3\]"):
+        sampler.observe({"w": torch.zeros(3, 4, 3), "b": torch.zeros(2, 4)})
+    # a loader that drops the short last batch leaves examples unobserved
+    sampler = OrderedSampler(8, "grab", params=params)
+    loader = DataLoader(TensorDataset(torch.zeros(8)), batch_size=3, sampler=sampler, drop_last=True)
+    for (x,) in loader:
+        sampler.observe({"w": torch.zeros(len(x), 4, 3), "b": torch.zeros(len(x), 4)})
+    with pytest.raises(ValueError, match=r"epoch 0 ended after observe\(\) saw 6 of its 8 examples"):
+        sampler.set_epoch(1)
+    with pytest.raises(ValueError, match=r"torch.distributed is not initialized"):
+        DistributedOrderedSampler(8, "cd-grab", params=params)
+
+
 def launch(world, tmp_path):
-    """Run tests/torch_ranks.py as `world` processes; {case: (orders (m, E+1, n), grads (E, m, n, d))}."""
+    """Run tests/torch_ranks.py as `world` processes, which write their files to tmp_path; returns
+    {case: (orders (m, E+1, n), grads (E, m, n, d))}."""
     env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
     ranks = [subprocess.Popen([sys.executable, str(ROOT / "tests/torch_ranks.py"), str(rank), str(world),
                                str(tmp_path / "init"), str(tmp_path)],
@@ -75,19 +124,18 @@ def launch(world, tmp_path):
 
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda world: f"{world}-processes")
 def distributed(request, tmp_path_factory):
-    # the pair kernels compile here (cached on disk) before the ranks load them
-    for name in ("cd-grab", "d-grab"):
-        make_orderer(name, 1, 2, 1).begin_epoch()
-        o = make_orderer(name, 1, 2, 1)
-        o.begin_epoch()
-        o.observe(np.zeros((1, 2, 1)))
-    return request.param, launch(request.param, tmp_path_factory.mktemp(f"torch{request.param}"))
+    for name in ("cd-grab", "d-grab"):  # their kernels compile here (cached on disk), not in every rank
+        orderer = make_orderer(name, 1, 2, 1)
+        orderer.begin_epoch()
+        orderer.observe(np.zeros((1, 2, 1)))
+    folder = tmp_path_factory.mktemp(f"torch{request.param}")
+    return request.param, launch(request.param, folder), folder
 
 
 @pytest.mark.parametrize("case", range(len(DISTRIBUTED_CASES)),
                          ids=[f"{name}-{dtype}" for name, dtype, _ in DISTRIBUTED_CASES])
 def test_distributed_orders_are_the_references(distributed, case):
-    world, results = distributed
+    world, results, _ = distributed
     name, dtype, options = DISTRIBUTED_CASES[case]
     orders, grads = results[case]
     n = EXAMPLES_PER_WORKER
@@ -99,3 +147,11 @@ def test_distributed_orders_are_the_references(distributed, case):
     np.testing.assert_array_equal(local, want.transpose(1, 0, 2))
     np.testing.assert_array_equal(local, kernel.transpose(1, 0, 2))
     assert len({tuple(o) for o in local[0, 1:]}) > 1, "the orders follow the gradients"
+
+
+def test_distributed_ranks_that_disagree_all_raise(distributed):
+    world, _, folder = distributed
+    messages = [(folder / f"disagreement_rank{rank}.txt").read_text() for rank in range(world)]
+    assert messages == [messages[0]] * world
+    assert messages[0] == (f"DistributedOrderedSampler.observe(): the ranks disagree on seed (by rank: "
+                           f"{list(range(world))}); every rank must observe the same step of the same run")

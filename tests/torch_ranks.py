@@ -89,6 +89,13 @@ def main(rank, world, init_file, out_dir):
         orders, grads, _ = train(DistributedOrderedSampler, orderer, dtype, options,
                                  examples=EXAMPLES_PER_WORKER * world + 1, distributed=True)
         np.savez(Path(out_dir) / f"case{case}_rank{rank}.npz", orders=orders, grads=grads)
+    # ranks that disagree (here on the seed) all raise at the same observe(), none waits forever
+    sampler = DistributedOrderedSampler(8 * world, "cd-grab", params=torch.zeros(3), seed=rank)
+    iter(sampler)
+    try:
+        sampler.observe(torch.zeros(2, 3))
+    except ValueError as error:
+        (Path(out_dir) / f"disagreement_rank{rank}.txt").write_text(str(error))
     torch.distributed.destroy_process_group()
 
 
