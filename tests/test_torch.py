@@ -1,9 +1,11 @@
-"""ordersim.torch: the samplers' orders, fed real per-example gradients of a small torch model
-(torch.func, a dict of four parameters, float32 and float64), are the NumPy reference's and the
-simulator's orderers' for the same gradients, in one process and across 2 and 4 torch.distributed
-processes (gloo on CPU, started here as real processes)."""
+"""ordersim.torch: the samplers' orders, fed real per-example gradients of a small torch model (a
+dict of four parameters, float32 and float64; from torch.func in this process, from
+torch.autograd in the ranks, which thereby skip torch.func's seconds of imports), are the NumPy
+reference's and the simulator's orderers' for the same gradients, in one process and across 2
+and 4 torch.distributed processes (gloo on CPU, started here as real processes)."""
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -22,7 +24,7 @@ from conftest import ROOT  # noqa: E402
 from ordersim.orderers import make_orderer  # noqa: E402
 from ordersim.torch import DistributedOrderedSampler, OrderedSampler, flatten_per_example  # noqa: E402
 from reference.orderers import drive  # noqa: E402
-from torch_ranks import BATCH, DISTRIBUTED_CASES, EXAMPLES_PER_WORKER, EPOCHS, SEED, train  # noqa: E402
+from torch_ranks import BATCH, DISTRIBUTED_CASES, EXAMPLES_PER_WORKER, EPOCHS, SEED, save_digits, train  # noqa: E402
 
 
 def reference_orders(name, m, n, d, grads, options):
@@ -40,9 +42,10 @@ def reference_orders(name, m, n, d, grads, options):
     ("cd-grab", "float32", {"sign": "walk"}),
     ("cd-grab", "float64", {"tie": "minus"}),
 ])
-def test_one_process_orders_are_the_references(name, dtype, options):
+def test_one_process_orders_are_the_references(name, dtype, options, tmp_path):
     n = 13  # odd, and 13 mod 4 = 1: a last batch of one example
-    orders, grads, d = train(OrderedSampler, name, dtype, options, examples=n)
+    save_digits(tmp_path / "digits.npz", n)
+    orders, grads, d = train(OrderedSampler, name, dtype, options, tmp_path / "digits.npz")
     want, kernel = reference_orders(name, 1, n, d, grads[:, None], options)
     assert orders.shape == (EPOCHS + 1, n)
     np.testing.assert_array_equal(orders, want[:, 0])
@@ -99,6 +102,7 @@ def test_mistakes_are_named():
 def launch(world, tmp_path):
     """Run tests/torch_ranks.py as `world` processes, which write their files to tmp_path; returns
     {case: (orders (m, E+1, n), grads (E, m, n, d))}."""
+    save_digits(tmp_path / "digits.npz", EXAMPLES_PER_WORKER * world + 1)  # one left out
     env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
     ranks = [subprocess.Popen([sys.executable, str(ROOT / "tests/torch_ranks.py"), str(rank), str(world),
                                str(tmp_path / "init"), str(tmp_path)],
@@ -155,3 +159,23 @@ def test_distributed_ranks_that_disagree_all_raise(distributed):
     assert messages == [messages[0]] * world
     assert messages[0] == (f"DistributedOrderedSampler.observe(): the ranks disagree on seed (by rank: "
                            f"{list(range(world))}); every rank must observe the same step of the same run")
+
+
+def test_the_readme_example_is_the_files_and_runs():
+    """README's training function is examples/torch_mnist.py's, and the example runs (a small size):
+    both orderers start from the same first order, and training lowers the loss."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- example: examples/torch_mnist.py -->\n```python\n(.*?)```", readme, re.S)
+    assert block, "README has no examples/torch_mnist.py block"
+    assert block.group(1) in (ROOT / "examples/torch_mnist.py").read_text()
+    result = subprocess.run([sys.executable, "examples/torch_mnist.py", "--examples", "200", "--epochs", "3",
+                             "--seeds", "1"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["1 worker(s), 160 training digits, 1 seed(s): training loss",
+                         "epoch         rr   cd-grab"]
+    losses = np.array([[float(v) for v in line.split()[1:]] for line in lines[2:5]])
+    assert losses[0, 0] == losses[0, 1], "the first epoch's order is the seed's for both"
+    assert (losses[2] < losses[0]).all()
+    assert lines[5].startswith("test accuracy rr ")
