@@ -45,7 +45,8 @@ def reference_orders(name, m, n, d, grads, options):
 def test_one_process_orders_are_the_references(name, dtype, options, tmp_path):
     n = 13  # odd, and 13 mod 4 = 1: a last batch of one example
     save_digits(tmp_path / "digits.npz", n)
-    orders, grads, d = train(OrderedSampler, name, dtype, options, tmp_path / "digits.npz")
+    orders, grads, _ = train(OrderedSampler, name, dtype, options, tmp_path / "digits.npz")
+    d = grads.shape[-1]
     want, kernel = reference_orders(name, 1, n, d, grads[:, None], options)
     assert orders.shape == (EPOCHS + 1, n)
     np.testing.assert_array_equal(orders, want[:, 0])
@@ -101,7 +102,7 @@ def test_mistakes_are_named():
 
 def launch(world, tmp_path):
     """Run tests/torch_ranks.py as `world` processes, which write their files to tmp_path; returns
-    {case: (orders (m, E+1, n), grads (E, m, n, d))}."""
+    {case: (orders (m, E+1, n), grads (E, m, n, d), every rank's walk c)}."""
     save_digits(tmp_path / "digits.npz", EXAMPLES_PER_WORKER * world + 1)  # one left out
     env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
     ranks = [subprocess.Popen([sys.executable, str(ROOT / "tests/torch_ranks.py"), str(rank), str(world),
@@ -122,7 +123,8 @@ def launch(world, tmp_path):
     results = {}
     for case in range(len(DISTRIBUTED_CASES)):
         files = [np.load(tmp_path / f"case{case}_rank{rank}.npz") for rank in range(world)]
-        results[case] = (np.stack([f["orders"] for f in files]), np.stack([f["grads"] for f in files], axis=1))
+        results[case] = (np.stack([f["orders"] for f in files]), np.stack([f["grads"] for f in files], axis=1),
+                         [float(f["walk_c"]) for f in files])
     return results
 
 
@@ -141,7 +143,7 @@ def distributed(request, tmp_path_factory):
 def test_distributed_orders_are_the_references(distributed, case):
     world, results, _ = distributed
     name, dtype, options = DISTRIBUTED_CASES[case]
-    orders, grads = results[case]
+    orders, grads, walk_c = results[case]
     n = EXAMPLES_PER_WORKER
     d = grads.shape[-1]
     assert orders.shape == (world, EPOCHS + 1, n)
@@ -151,6 +153,8 @@ def test_distributed_orders_are_the_references(distributed, case):
     np.testing.assert_array_equal(local, want.transpose(1, 0, 2))
     np.testing.assert_array_equal(local, kernel.transpose(1, 0, 2))
     assert len({tuple(o) for o in local[0, 1:]}) > 1, "the orders follow the gradients"
+    # the walk's c from all m n examples (the walk's decisions here hardly depend on c)
+    assert walk_c == [reference.default_walk_c(world * n, d)] * world
 
 
 def test_distributed_ranks_that_disagree_all_raise(distributed):

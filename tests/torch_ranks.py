@@ -60,8 +60,9 @@ def flat_rows(grads: dict) -> np.ndarray:
 
 def train(sampler_class, orderer, dtype, options, data_file, *, func=True, distributed=False):
     """Train for EPOCHS epochs on the digits in data_file, with per-example gradients from
-    torch.func (func) or torch.autograd; returns (the global indices of every epoch's order and last the
-    next epoch's, (E + 1, n); the observed gradients by local example (E, n, d) float64; d)."""
+    torch.func (func) or torch.autograd; returns (the global indices of every epoch's order and
+    last the next epoch's, (E + 1, n); the observed gradients by local example (E, n, d) float64;
+    the sampler)."""
     dtype = getattr(torch, dtype)
     torch.manual_seed(SEED)
     model = torch.nn.Sequential(torch.nn.Linear(64, 4), torch.nn.Tanh(), torch.nn.Linear(4, 10)).to(dtype)
@@ -101,7 +102,7 @@ def train(sampler_class, orderer, dtype, options, data_file, *, func=True, distr
         observed.append(by_local)
     sampler.set_epoch(EPOCHS)
     orders.append(sampler.order)
-    return np.stack(orders), np.stack(observed), observed[0].shape[1]
+    return np.stack(orders), np.stack(observed), sampler
 
 
 def main(rank, world, init_file, out_dir):
@@ -110,9 +111,10 @@ def main(rank, world, init_file, out_dir):
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                                          world_size=world, timeout=timedelta(seconds=60))
     for case, (orderer, dtype, options) in enumerate(DISTRIBUTED_CASES):
-        orders, grads, _ = train(DistributedOrderedSampler, orderer, dtype, options, Path(out_dir) / "digits.npz",
+        orders, grads, sampler = train(DistributedOrderedSampler, orderer, dtype, options, Path(out_dir) / "digits.npz",
                                  func=False, distributed=True)
-        np.savez(Path(out_dir) / f"case{case}_rank{rank}.npz", orders=orders, grads=grads)
+        np.savez(Path(out_dir) / f"case{case}_rank{rank}.npz", orders=orders, grads=grads,
+                 walk_c=sampler.orderer.walk_c)
     # ranks that disagree (here on the seed) all raise at the same observe(), none waits forever
     sampler = DistributedOrderedSampler(8 * world, "cd-grab", params=torch.zeros(3), seed=rank)
     iter(sampler)
