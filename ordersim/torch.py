@@ -149,7 +149,7 @@ class OrderedSampler(Sampler[int]):
 
     @property
     def epoch(self) -> int:
-        """The epoch the last iteration started, or the next one's before the first."""
+        """The current epoch; between epochs (before the first iteration, after set_epoch()) the next."""
         return self.orderer.epoch
 
     @property
