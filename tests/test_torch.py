@@ -157,8 +157,12 @@ def test_distributed_orders_are_the_references(distributed, case):
     assert walk_c == [reference.default_walk_c(world * n, d)] * world
 
 
-def test_distributed_ranks_that_disagree_all_raise(distributed):
+def test_distributed_mistakes_raise_on_every_rank(distributed):
     world, _, folder = distributed
+    for rank in range(world):
+        assert (folder / f"centralized_rank{rank}.txt").read_text() == (
+            f"DistributedOrderedSampler: grab is the centralized algorithm (one worker); with {world} workers "
+            f"use d-grab or cd-grab")
     messages = [(folder / f"disagreement_rank{rank}.txt").read_text() for rank in range(world)]
     assert messages == [messages[0]] * world
     assert messages[0] == (f"DistributedOrderedSampler.observe(): the ranks disagree on seed (by rank: "

@@ -115,6 +115,10 @@ def main(rank, world, init_file, out_dir):
                                  func=False, distributed=True)
         np.savez(Path(out_dir) / f"case{case}_rank{rank}.npz", orders=orders, grads=grads,
                  walk_c=sampler.orderer.walk_c)
+    try:  # a centralized orderer is for one worker
+        DistributedOrderedSampler(8 * world, "grab", params=torch.zeros(3))
+    except ValueError as error:
+        (Path(out_dir) / f"centralized_rank{rank}.txt").write_text(str(error))
     # ranks that disagree (here on the seed) all raise at the same observe(), none waits forever
     sampler = DistributedOrderedSampler(8 * world, "cd-grab", params=torch.zeros(3), seed=rank)
     iter(sampler)
