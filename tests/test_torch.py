@@ -24,7 +24,8 @@ from conftest import ROOT  # noqa: E402
 from ordersim.orderers import make_orderer  # noqa: E402
 from ordersim.torch import DistributedOrderedSampler, OrderedSampler, flatten_per_example  # noqa: E402
 from reference.orderers import drive  # noqa: E402
-from torch_ranks import BATCH, DISTRIBUTED_CASES, EXAMPLES_PER_WORKER, EPOCHS, SEED, save_digits, train  # noqa: E402
+from torch_ranks import (BATCH, DISTRIBUTED_CASES, EPOCHS, EXAMPLES_PER_WORKER, SEED,  # noqa: E402
+                         save_digits, train)
 
 
 def reference_orders(name, m, n, d, grads, options):
@@ -53,6 +54,15 @@ def test_one_process_orders_are_the_references(name, dtype, options, tmp_path):
     np.testing.assert_array_equal(orders, kernel[:, 0])
     if name != "rr":
         assert len({tuple(o) for o in orders[1:]}) > 1, "the orders follow the gradients"
+
+
+def test_a_nested_pytree_flattens_in_its_order_to_exact_float64():
+    rng = torch.Generator().manual_seed(1)
+    w, b, v = (torch.randn(3, *shape, generator=rng) for shape in ((2, 2), (1,), (3,)))
+    flat = flatten_per_example({"layer": (w, b), "head": [v.double()]}, 8)
+    assert flat.dtype == np.float64 and flat.flags.c_contiguous and flat.shape == (3, 8)
+    want = np.concatenate([w.reshape(3, 4).numpy(), b.numpy(), v.numpy()], axis=1).astype(np.float64)
+    np.testing.assert_array_equal(flat, want)
 
 
 def test_rr_needs_no_observe_and_a_state_dict_continues_the_orders():

@@ -111,8 +111,8 @@ def main(rank, world, init_file, out_dir):
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                                          world_size=world, timeout=timedelta(seconds=60))
     for case, (orderer, dtype, options) in enumerate(DISTRIBUTED_CASES):
-        orders, grads, sampler = train(DistributedOrderedSampler, orderer, dtype, options, Path(out_dir) / "digits.npz",
-                                 func=False, distributed=True)
+        orders, grads, sampler = train(DistributedOrderedSampler, orderer, dtype, options,
+                                       Path(out_dir) / "digits.npz", func=False, distributed=True)
         np.savez(Path(out_dir) / f"case{case}_rank{rank}.npz", orders=orders, grads=grads,
                  walk_c=sampler.orderer.walk_c)
     try:  # a centralized orderer is for one worker
