@@ -28,7 +28,7 @@ def test_a_users_problems_and_analysis_folders_do_not_shadow_ordersims(tmp_path)
     assert loaded.stdout.strip() == str(ROOT / "problems" / "__init__.py")
 
 
-@pytest.mark.parametrize("extra", ["pandas", "matplotlib"])
+@pytest.mark.parametrize("extra", ["pandas", "matplotlib", "torch"])
 def test_the_core_imports_nothing_from_an_optional_extra(tmp_path, extra):
     # A None entry in sys.modules makes `import extra` raise ImportError, as if it were not installed.
     code = (f"import sys; sys.modules[{extra!r}] = None\n"

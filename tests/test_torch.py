@@ -1,0 +1,199 @@
+"""ordersim.torch: the samplers' orders, fed real per-example gradients of a small torch model (a
+dict of four parameters, float32 and float64; from torch.func in this process, from
+torch.autograd in the ranks, which thereby skip torch.func's seconds of imports), are the NumPy
+reference's and the simulator's orderers' for the same gradients, in one process and across 2
+and 4 torch.distributed processes (gloo on CPU, started here as real processes)."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the torch extra is not installed: pip install torch==2.13.0 "
+                                            "(a CPU build), then pytest tests/test_torch.py")
+
+torch.set_num_threads(1)  # the tensors are tiny: more threads only wait for each other
+
+import reference.orderers as reference  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+from conftest import ROOT  # noqa: E402
+from ordersim.orderers import make_orderer  # noqa: E402
+from ordersim.torch import DistributedOrderedSampler, OrderedSampler, flatten_per_example  # noqa: E402
+from reference.orderers import drive  # noqa: E402
+from torch_ranks import (BATCH, DISTRIBUTED_CASES, EPOCHS, EXAMPLES_PER_WORKER, SEED,  # noqa: E402
+                         save_digits, train)
+
+
+def reference_orders(name, m, n, d, grads, options):
+    """The NumPy reference's orders, and the orders of ordersim's own orderer driven as the
+    simulator's serial backend drives it, for grads (E, m, n, d) by local example."""
+    ref = getattr(reference, name.replace("-", "_"))(m, n, d, SEED, list(grads), **options)
+    kernel = drive(make_orderer(name, m, n, d, SEED, **options), list(grads), BATCH)
+    return np.stack(ref), np.stack(kernel)
+
+
+@pytest.mark.parametrize("name, dtype, options", [
+    ("rr", "float32", {}),
+    ("grab", "float32", {}),
+    ("grab", "float64", {"sign": "walk"}),
+    ("cd-grab", "float32", {"sign": "walk"}),
+    ("cd-grab", "float64", {"tie": "minus"}),
+])
+def test_one_process_orders_are_the_references(name, dtype, options, tmp_path):
+    n = 13  # odd, and 13 mod 4 = 1: a last batch of one example
+    save_digits(tmp_path / "digits.npz", n)
+    orders, grads, _ = train(OrderedSampler, name, dtype, options, tmp_path / "digits.npz")
+    d = grads.shape[-1]
+    want, kernel = reference_orders(name, 1, n, d, grads[:, None], options)
+    assert orders.shape == (EPOCHS + 1, n)
+    np.testing.assert_array_equal(orders, want[:, 0])
+    np.testing.assert_array_equal(orders, kernel[:, 0])
+    if name != "rr":
+        assert len({tuple(o) for o in orders[1:]}) > 1, "the orders follow the gradients"
+
+
+def test_a_nested_pytree_flattens_in_its_order_to_exact_float64():
+    rng = torch.Generator().manual_seed(1)
+    w, b, v = (torch.randn(3, *shape, generator=rng) for shape in ((2, 2), (1,), (3,)))
+    flat = flatten_per_example({"layer": (w, b), "head": [v.double()]}, 8)
+    assert flat.dtype == np.float64 and flat.flags.c_contiguous and flat.shape == (3, 8)
+    want = np.concatenate([w.reshape(3, 4).numpy(), b.numpy(), v.numpy()], axis=1).astype(np.float64)
+    np.testing.assert_array_equal(flat, want)
+
+
+def test_rr_needs_no_observe_and_a_state_dict_continues_the_orders():
+    sampler = OrderedSampler(10, "rr", seed=SEED)
+    orders = [list(sampler) for _ in range(3)]  # every iteration is the next epoch
+    np.testing.assert_array_equal(orders, np.stack(reference.rr(1, 10, 1, SEED, [None] * 2))[:, 0])
+    params = {"w": torch.zeros(2, 3), "b": torch.zeros(2)}
+    grads = {"w": torch.randn(10, 2, 3, generator=torch.Generator().manual_seed(0)), "b": torch.ones(10, 2)}
+    first = OrderedSampler(10, "cd-grab", params=params, seed=SEED)
+    for _ in range(2):
+        iter(first)
+        first.observe(grads)
+    again = OrderedSampler(10, "cd-grab", params=params, seed=SEED)
+    again.load_state_dict(first.state_dict())
+    for sampler in (first, again):
+        sampler.set_epoch(2)
+        iter(sampler)
+        sampler.observe(grads)
+        sampler.set_epoch(3)
+    np.testing.assert_array_equal(again.order, first.order)
+
+
+def test_mistakes_are_named():
+    params = {"w": torch.zeros(4, 3), "b": torch.zeros(4)}  # 16 values per example
+    with pytest.raises(ValueError, match=r"OrderedSampler: cd-grab reads the gradients: pass params="):
+        OrderedSampler(8, "cd-grab")
+    with pytest.raises(ValueError, match=r"unknown option\(s\) bogus"):
+        OrderedSampler(8, "grab", params=params, bogus=1)
+    sampler = OrderedSampler(8, "grab", params=params)
+    with pytest.raises(ValueError, match=r"set_epoch\(2\): the next epoch is 0"):
+        sampler.set_epoch(2)
+    iter(sampler)
+    with pytest.raises(ValueError, match=r"hold 12 values per example; the sampler was made for params of 16"):
+        sampler.observe({"w": torch.zeros(3, 4, 3)})
+    with pytest.raises(ValueError, match=r"different numbers of examples \[2, 3\]"):
+        sampler.observe({"w": torch.zeros(3, 4, 3), "b": torch.zeros(2, 4)})
+    # a loader that drops the short last batch leaves examples unobserved
+    sampler = OrderedSampler(8, "grab", params=params)
+    loader = DataLoader(TensorDataset(torch.zeros(8)), batch_size=3, sampler=sampler, drop_last=True)
+    for (x,) in loader:
+        sampler.observe({"w": torch.zeros(len(x), 4, 3), "b": torch.zeros(len(x), 4)})
+    with pytest.raises(ValueError, match=r"epoch 0 ended after observe\(\) saw 6 of its 8 examples"):
+        sampler.set_epoch(1)
+    with pytest.raises(ValueError, match=r"torch.distributed is not initialized"):
+        DistributedOrderedSampler(8, "cd-grab", params=params)
+
+
+def launch(world, tmp_path):
+    """Run tests/torch_ranks.py as `world` processes, which write their files to tmp_path; returns
+    {case: (orders (m, E+1, n), grads (E, m, n, d), every rank's walk c)}."""
+    save_digits(tmp_path / "digits.npz", EXAMPLES_PER_WORKER * world + 1)  # one left out
+    env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
+    ranks = [subprocess.Popen([sys.executable, str(ROOT / "tests/torch_ranks.py"), str(rank), str(world),
+                               str(tmp_path / "init"), str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+             for rank in range(world)]
+    deadline, failures = time.monotonic() + 240, []
+    for rank, process in enumerate(ranks):
+        try:
+            _, err = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for other in ranks:
+                other.kill()
+            pytest.fail(f"rank {rank} of {world} did not end within 240 s")
+        if process.returncode:
+            failures.append(f"rank {rank} exited {process.returncode}:\n{err}")
+    assert not failures, "\n".join(failures)
+    results = {}
+    for case in range(len(DISTRIBUTED_CASES)):
+        files = [np.load(tmp_path / f"case{case}_rank{rank}.npz") for rank in range(world)]
+        results[case] = (np.stack([f["orders"] for f in files]), np.stack([f["grads"] for f in files], axis=1),
+                         [float(f["walk_c"]) for f in files])
+    return results
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=lambda world: f"{world}-processes")
+def distributed(request, tmp_path_factory):
+    for name in ("cd-grab", "d-grab"):  # their kernels compile here (cached on disk), not in every rank
+        orderer = make_orderer(name, 1, 2, 1)
+        orderer.begin_epoch()
+        orderer.observe(np.zeros((1, 2, 1)))
+    folder = tmp_path_factory.mktemp(f"torch{request.param}")
+    return request.param, launch(request.param, folder), folder
+
+
+@pytest.mark.parametrize("case", range(len(DISTRIBUTED_CASES)),
+                         ids=[f"{name}-{dtype}" for name, dtype, _ in DISTRIBUTED_CASES])
+def test_distributed_orders_are_the_references(distributed, case):
+    world, results, _ = distributed
+    name, dtype, options = DISTRIBUTED_CASES[case]
+    orders, grads, walk_c = results[case]
+    n = EXAMPLES_PER_WORKER
+    d = grads.shape[-1]
+    assert orders.shape == (world, EPOCHS + 1, n)
+    # rank r yields its shard r n .. (r + 1) n - 1, in its row's order; the last example is left out
+    local = orders - (np.arange(world) * n)[:, None, None]
+    want, kernel = reference_orders(name, world, n, d, grads, options)
+    np.testing.assert_array_equal(local, want.transpose(1, 0, 2))
+    np.testing.assert_array_equal(local, kernel.transpose(1, 0, 2))
+    assert len({tuple(o) for o in local[0, 1:]}) > 1, "the orders follow the gradients"
+    # the walk's c from all m n examples (the walk's decisions here hardly depend on c)
+    assert walk_c == [reference.default_walk_c(world * n, d)] * world
+
+
+def test_distributed_mistakes_raise_on_every_rank(distributed):
+    world, _, folder = distributed
+    for rank in range(world):
+        assert (folder / f"centralized_rank{rank}.txt").read_text() == (
+            f"DistributedOrderedSampler: grab is the centralized algorithm (one worker); with {world} workers "
+            f"use d-grab or cd-grab")
+    messages = [(folder / f"disagreement_rank{rank}.txt").read_text() for rank in range(world)]
+    assert messages == [messages[0]] * world
+    assert messages[0] == (f"DistributedOrderedSampler.observe(): the ranks disagree on seed (by rank: "
+                           f"{list(range(world))}); every rank must observe the same step of the same run")
+
+
+def test_the_readme_example_is_the_files_and_runs():
+    """README's training function is examples/torch_mnist.py's, and the example runs (a small size):
+    both orderers start from the same first order, and training lowers the loss."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- example: examples/torch_mnist.py -->\n```python\n(.*?)```", readme, re.S)
+    assert block, "README has no examples/torch_mnist.py block"
+    assert block.group(1) in (ROOT / "examples/torch_mnist.py").read_text()
+    result = subprocess.run([sys.executable, "examples/torch_mnist.py", "--examples", "200", "--epochs", "3",
+                             "--seeds", "1"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["1 worker(s), 160 training digits, 1 seed(s): training loss",
+                         "epoch         rr   cd-grab"]
+    losses = np.array([[float(v) for v in line.split()[1:]] for line in lines[2:5]])
+    assert losses[0, 0] == losses[0, 1], "the first epoch's order is the seed's for both"
+    assert (losses[2] < losses[0]).all()
+    assert lines[5].startswith("test accuracy rr ")
