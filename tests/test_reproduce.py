@@ -76,7 +76,7 @@ def test_reproduce_quick_runs_every_experiment_and_its_checkable_claims_hold(tmp
     # the scaling fit table, as analysis.fit prints it, for the README
     table = (tmp_path / "figures" / "scaling.txt").read_text()
     assert table.startswith("code: ") and "variable orderer" in table
-    assert {(r.variable, r.orderer) for r in fit_rows(table)} == {
+    assert {(r.variable, r.orderer) for r in fit_rows(table).itertuples()} == {
         (v, o) for v in "mn" for o in ("rr", "cd-grab")}
 
 
