@@ -20,7 +20,7 @@ flagged and left out of the fit.
 The error of a run is its metric at epoch T (default: the last epoch every completed run reached;
 interrupted and diverged runs are left out with a note). For a variable (m or n), the points are the
 runs whose other settings (n or m, b, lr, problem) form the largest sweep of that variable (the data
-spec may differ: runs/scaling.sh draws m*n synthetic examples per cell).
+spec may differ: `python -m ordersim reproduce scaling` draws m*n synthetic examples per cell).
 """
 
 from __future__ import annotations
@@ -199,6 +199,19 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the interval")
 
 
+def report(result, metric, setting, epoch, notes, level=0.95) -> str:
+    """The table as the command prints it: a header line, one row per (variable, orderer), the notes."""
+    lines = [f"error: {metric} at epoch T = {epoch}; theory: {setting}; slope of the cell means "
+             f"(log error averaged over seeds, then data draws), {level:.0%} t interval over cells"]
+    if len(result):
+        shown = result.assign(exponent=result.exponent.map("{:+.3f}".format),
+                              ci=[f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in zip(result.ci_low, result.ci_high)])
+        lines.append(shown[["variable", "orderer", "cells", "draws", "exponent", "ci", "theory", "agree",
+                            "floor"]].to_string(index=False))
+    lines += [f"note: {note}" for note in notes]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = style.base_parser("ordersim.analysis.fit", __doc__)
     p.add_argument("files", nargs="+", metavar="FILE.h5", help="ordersim trace files (docs/trace-format.md)")
@@ -207,15 +220,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     result, metric, setting, epoch, notes = table(style.load(args.files), args.metric, args.setting,
                                                   args.epoch, args.level)
-    print(f"error: {metric} at epoch T = {epoch}; theory: {setting}; slope of the cell means "
-          f"(log error averaged over seeds, then data draws), {args.level:.0%} t interval over cells")
-    if len(result):
-        shown = result.assign(exponent=result.exponent.map("{:+.3f}".format),
-                              ci=[f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in zip(result.ci_low, result.ci_high)])
-        print(shown[["variable", "orderer", "cells", "draws", "exponent", "ci", "theory", "agree",
-                     "floor"]].to_string(index=False))
-    for note in notes:
-        print(f"note: {note}")
+    print(report(result, metric, setting, epoch, notes, args.level))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         result.to_csv(args.out / "fit.csv", index=False)

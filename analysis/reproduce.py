@@ -1,26 +1,32 @@
-"""The papers' experiments (runs/papers/): run them, draw each figure with the paper's claim and
-whether this run shows it.
+"""The papers' experiments (runs/papers/) and the scaling experiment that tests their rates
+(runs/scaling.toml): run them, draw each figure with the claim and whether this run shows it.
 
     python -m ordersim reproduce [NAME ...] [--quick] [--figures DIR] [--results DIR] [--no-run]
 
-NAME: grab_mnist, cdgrab_logreg, cdgrab_workers, rr_w8a, herding (default: all). Every experiment
-runs as its own `python -m ordersim run runs/papers/NAME.toml [--quick] --overwrite` (herding:
-`python -m ordersim herding-sim` with the options of runs/papers/herding.toml) into the config's
-`out`, then DIR/NAME.png (and .pdf) is drawn from the traces, titled with the claim and a verdict
-line, which is also printed:
+NAME: scaling, grab_mnist, cdgrab_logreg, cdgrab_workers, rr_w8a, herding (default: all). Every
+paper's experiment runs as its own `python -m ordersim run runs/papers/NAME.toml [--quick]
+--overwrite` (herding: `python -m ordersim herding-sim` with the options of
+runs/papers/herding.toml) into the config's `out`; scaling runs `python -m ordersim run
+runs/scaling.toml --workers m --data ... --out OUT/m<m>_n<n>` for every (m, n) of its grid
+(SCALING_GRIDS), in this process (its many small runs would spend more time starting processes
+than training). Then DIR/NAME.png (and .pdf) is drawn from the traces, titled with the claim and a
+verdict line, which is also printed (scaling also writes the fit table, `python -m
+ordersim.analysis.fit`'s output, to DIR/scaling.txt):
 
     grab_mnist: GraB's training loss ends below RR's, SO's and FlipFlop's: shown (grab 0.301 < ...)
 
 `--quick` runs the configs' [quick] tables (the CI size) into results/papers/quick/; a verdict
 whose claim that size is too small to show says so ("quick size: not checked"). `--no-run` draws
 from the traces already there. Exit status 0 when everything ran, whatever the verdicts (a claim
-this run does not show is a result, not an error); 1 when a run failed. docs/reproductions.md
-shows the figures at the default size and says, per experiment, what the paper shows.
+this run does not show is a result, not an error); 1 when a run failed. DIR/verdicts.txt keeps
+the lines of the experiments not run this time. docs/reproductions.md shows the papers' figures at
+the default size and says, per experiment, what the paper shows; the README shows scaling's.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import tomllib
@@ -28,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ordersim.checkpoint import EXIT_CHECKPOINTED
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "runs" / "papers"
@@ -41,6 +49,10 @@ class Experiment:
 
 
 EXPERIMENTS = {
+    "scaling": Experiment("The PL rates of D-RR (1/(mnT^2)) and CD-GraB (1/(mnT)^2), least squares",
+                          "in m and in n, CD-GraB's error falls faster than D-RR's (intervals apart) and "
+                          "at least as fast as its bound's -2; D-RR's interval in m holds its -1; "
+                          "D-GraB's rises with m (where it ran)", True),
     "grab_mnist": Experiment("GraB (Lu, Guo, De Sa 2022), MNIST logistic regression",
                              "GraB's training loss ends below RR's, SO's and FlipFlop's", False),
     "cdgrab_logreg": Experiment("CD-GraB (Cooper et al. 2023), logistic regression on 4 workers",
@@ -79,12 +91,39 @@ class Verdict:
         return f"{experiment.paper}. Claim: {experiment.claim}. This run: {self.state(quick)}."
 
 
+@dataclass(frozen=True)
+class ScalingGrid:
+    """The (m, n) cells of the scaling experiment: m over `workers` at n = `examples` per worker,
+    and n over `examples_sweep` at m = `workers_for_n`, on data of dimension `dim`."""
+    workers: tuple[int, ...]
+    examples: int
+    examples_sweep: tuple[int, ...]
+    workers_for_n: int
+    dim: int
+
+    def cells(self) -> list[tuple[int, int]]:
+        cells = [(m, self.examples) for m in self.workers]
+        return cells + [(self.workers_for_n, n) for n in self.examples_sweep if (self.workers_for_n, n) not in cells]
+
+    def data(self, m: int, n: int) -> str:
+        return f"synthetic:regression?n={m * n}&d={self.dim}&cond=10&noise=0.5"
+
+
+# by `quick`: the README's grid, and the CI size
+SCALING_GRIDS = {False: ScalingGrid((1, 2, 4, 8, 16, 32, 64), 128, (32, 64, 256, 512), 8, 10),
+                 True: ScalingGrid((1, 2, 4, 8, 16), 32, (16, 64, 128), 4, 5)}
+
+
+def config_path(name: str) -> Path:
+    return ROOT / "runs" / "scaling.toml" if name == "scaling" else CONFIGS / f"{name}.toml"
+
+
 def config(name: str, quick: bool) -> dict:
     """The experiment's TOML with its [quick] table applied when `quick`."""
     from ordersim.config import read_toml
     from ordersim.sweep import quick_values
 
-    path = str(CONFIGS / f"{name}.toml")
+    path = str(config_path(name))
     if name != "herding":
         return quick_values(read_toml(path), path, quick)
     with open(path, "rb") as fh:  # herding-sim's options, not a training config
@@ -98,24 +137,70 @@ def trace_out(values: dict, results: Path | None) -> Path:
     return ROOT / values["out"] if results is None else results / Path(values["out"]).name
 
 
-def trace_files(name: str, values: dict, results: Path | None) -> list[Path]:
+def scaling_out(out: Path, m: int, n: int) -> Path:
+    return out / f"m{m:03d}_n{n:05d}"
+
+
+def trace_files(name: str, values: dict, results: Path | None, quick: bool = False) -> list[Path]:
     from ordersim.sweep import cell_out, cells
 
     out = trace_out(values, results)
+    if name == "scaling":
+        draws = len(cells(values["sweep"]))
+        return [Path(cell_out(str(scaling_out(out, m, n)), name, i))
+                for m, n in SCALING_GRIDS[quick].cells() for i in range(draws)]
     if "sweep" in values and name != "herding":
         return [Path(cell_out(str(out), name, i)) for i in range(len(cells(values["sweep"])))]
     return [out]
 
 
-def command(name: str, values: dict, quick: bool, results: Path | None) -> list[str]:
-    out = str(trace_out(values, results))
+def commands(name: str, values: dict, quick: bool, results: Path | None) -> list[list[str]]:
+    """The `python -m ordersim ...` argument lists that run the experiment (scaling: one per cell)."""
+    out = trace_out(values, results)
+    quick_flag = ["--quick"] if quick else []
+    if name == "scaling":
+        grid = SCALING_GRIDS[quick]
+        return [["run", str(config_path(name)), "--workers", str(m), "--data", grid.data(m, n), "--out",
+                 str(scaling_out(out, m, n)), "--overwrite", *quick_flag] for m, n in grid.cells()]
+    return [command(name, values, quick_flag, str(out))]
+
+
+def command(name: str, values: dict, quick_flag: list[str], out: str) -> list[str]:
     if name == "herding":
         options = ["--workers", *map(str, values["workers"]), "--total", str(values["total"]), "--dim",
                    str(values["dim"]), "--rounds", str(values["rounds"]), "--orderers", *values["orderers"],
                    "--seed", str(values["seed"]), "--out", out, "--quiet"]
-        return [sys.executable, "-m", "ordersim", "herding-sim", *options]
-    return [sys.executable, "-m", "ordersim", "run", str(CONFIGS / f"{name}.toml"), "--overwrite", "--out", out,
-            *(["--quick"] if quick else [])]
+        return ["herding-sim", *options]
+    return ["run", str(config_path(name)), "--overwrite", "--out", out, *quick_flag]
+
+
+def run_in_process(argv: list[str]) -> int:
+    """`python -m ordersim run ARGV` in this process; the run's signal handlers (a stop at the next
+    epoch) are undone afterwards, so that a signal between runs ends reproduce as it would."""
+    from ordersim.checkpoint import SIGNALS
+    from ordersim.runner import main as run_main
+
+    saved = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    try:
+        return run_main(argv[1:])
+    except SystemExit as exit:  # abort_on_exception's, after printing the traceback
+        return exit.code
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def run(name: str, argvs: list[list[str]]) -> int:
+    """Run the experiment's commands in turn, each printed first; the first non-zero status ends it."""
+    for argv in argvs:
+        print(f"reproduce: {name}: python -m ordersim {' '.join(argv)}", flush=True)
+        if name == "scaling":
+            status = run_in_process(argv)
+        else:
+            status = subprocess.run([sys.executable, "-m", "ordersim", *argv], cwd=ROOT).returncode
+        if status:
+            return status
+    return 0
 
 
 # -- reading the traces -------------------------------------------------------------------------------
@@ -216,6 +301,30 @@ def rr_w8a(files, quick):
     return verdict, (df, panels)
 
 
+def scaling_shown(result) -> bool:
+    """The scaling claim on a fit table (analysis.fit.table's, or the README's read back)."""
+    by = result.set_index(["variable", "orderer"])
+    rr_m = by.loc[("m", "rr")]
+    shown = rr_m.ci_low <= -1 <= rr_m.ci_high and (result.floor == "-").all()
+    for variable in ("m", "n"):
+        rr, cd = by.loc[(variable, "rr")], by.loc[(variable, "cd-grab")]
+        shown = shown and cd.ci_high < rr.ci_low and rr.ci_high < 0 and cd.ci_low <= -2
+    if ("m", "d-grab") in by.index:
+        shown = shown and by.loc[("m", "d-grab")].ci_low > 0
+    return bool(shown)
+
+
+def scaling(files, quick):
+    from ordersim.analysis import fit, style
+
+    df = style.load([str(f) for f in files])
+    result, metric, setting, epoch, notes = fit.table(df)
+    detail = "; ".join(f"{r.variable} {r.orderer} {r.exponent:+.2f} [{r.ci_low:+.2f}, {r.ci_high:+.2f}]"
+                       for r in result.itertuples())
+    text = "\n".join([*style.code_state_lines(df), fit.report(result, metric, setting, epoch, notes)]) + "\n"
+    return Verdict("scaling", scaling_shown(result), detail), (df, text)
+
+
 def herding(files, quick):
     from ordersim.analysis.load import load_herding_sim
 
@@ -234,6 +343,14 @@ def draw(name, verdict, data, out: Path, quick: bool):
     from ordersim.analysis import style
 
     title = verdict.caption(quick)
+    if name == "scaling":
+        from ordersim.analysis import scaling as scaling_figure
+
+        df, text = data
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "scaling.txt").write_text(text)
+        fig, _ = scaling_figure.draw(df, title=title)
+        return style.save(fig, out, name)
     if name == "herding":
         from ordersim.analysis import herding_sim
 
@@ -279,7 +396,7 @@ def draw(name, verdict, data, out: Path, quick: bool):
     return style.save(fig, out, name)
 
 
-CHECKS = {"grab_mnist": grab_mnist, "cdgrab_logreg": cdgrab_logreg, "cdgrab_workers": cdgrab_workers,
+CHECKS = {"scaling": scaling, "grab_mnist": grab_mnist, "cdgrab_logreg": cdgrab_logreg, "cdgrab_workers": cdgrab_workers,
           "rr_w8a": rr_w8a, "herding": herding}
 
 
@@ -309,25 +426,39 @@ def main(argv: list[str] | None = None) -> int:
     style.DPI = args.dpi
     out = Path(args.figures or ROOT / "results" / "papers" / ("quick" if args.quick else "") / "figures")
     results = Path(args.results).resolve() if args.results else None
-    failed, lines = [], []
+    failed, lines = [], {}
     for name in args.names or EXPERIMENTS:
         values = config(name, args.quick)
-        run = command(name, values, args.quick, results)
         if not args.no_run:
-            print(f"reproduce: {name}: python {' '.join(run[1:])}", flush=True)
-            if subprocess.run(run, cwd=ROOT).returncode:
+            status = run(name, commands(name, values, args.quick, results))
+            if status == EXIT_CHECKPOINTED:  # a signal stopped the run: stop here too
+                return status
+            if status:
                 failed.append(name)
                 continue
-        verdict, data = CHECKS[name](trace_files(name, values, results), args.quick)
+        verdict, data = CHECKS[name](trace_files(name, values, results, args.quick), args.quick)
         draw(name, verdict, data, out, args.quick)
-        lines.append(verdict.line(args.quick))
-        print(lines[-1], flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "verdicts.txt").write_text("".join(line + "\n" for line in lines))
+        lines[name] = verdict.line(args.quick)
+        print(lines[name], flush=True)
+    write_verdicts(out / "verdicts.txt", lines)
     if failed:
         print(f"reproduce: error: the run(s) of {', '.join(failed)} failed (their output above)", file=sys.stderr)
         return 1
     return 0
+
+
+def write_verdicts(path: Path, lines: dict) -> None:
+    """DIR/verdicts.txt: this call's verdict lines and the earlier lines of the experiments it did
+    not run, in the order of EXPERIMENTS."""
+    old = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            name = line.split(":")[0]
+            if name in EXPERIMENTS:
+                old[name] = line
+    merged = {**old, **lines}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(merged[name] + "\n" for name in EXPERIMENTS if name in merged))
 
 
 if __name__ == "__main__":

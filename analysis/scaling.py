@@ -23,8 +23,8 @@ AXIS_LABEL = {"m": "number of workers $m$", "n": "examples per worker $n$"}
 AXIS_COLUMNS = ("workers", "examples_per_worker")
 
 
-def draw(df, metric="auto", setting="auto", epoch=None, level=0.95, band_kind="minmax"):
-    """The scaling figure and the notes of the fit (analysis.fit)."""
+def draw(df, metric="auto", setting="auto", epoch=None, level=0.95, band_kind="minmax", title=None):
+    """The scaling figure and the notes of the fit (analysis.fit); ``title`` ends the caption."""
     errors, metric, epoch, notes = fit.final_errors(df, metric, epoch)
     setting = fit.setting_of(errors, metric, setting)
     sweeps = {v: s for v in fit.VARIABLE_COLUMN if (s := fit.sweep(errors, v, notes)) is not None}
@@ -72,7 +72,7 @@ def draw(df, metric="auto", setting="auto", epoch=None, level=0.95, band_kind="m
         style.legend(ax, None, fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
     points = pd.concat(list(sweeps.values()))
     style.caption(fig, None, extra=f"{style.config_text(points, exclude=tuple(AXIS_COLUMNS), runs=False)}; "
-                                   f"theory: {setting}")
+                                   f"theory: {setting}" + (f". {title}" if title else ""))
     return fig, notes
 
 

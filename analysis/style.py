@@ -461,10 +461,15 @@ def load(files) -> "pandas.DataFrame":  # noqa: F821
     return with_labels(df)
 
 
-def print_code_states(df) -> None:
+def code_state_lines(df) -> list[str]:
     """One line per code state the loaded files come from (load_runs warns when there are several)."""
-    for label, files in df.attrs.get("code_states", {}).items():
-        print(f"code: {label} ({len(files)} file{'s' if len(files) > 1 else ''})")
+    return [f"code: {label} ({len(files)} file{'s' if len(files) > 1 else ''})"
+            for label, files in df.attrs.get("code_states", {}).items()]
+
+
+def print_code_states(df) -> None:
+    for line in code_state_lines(df):
+        print(line)
 
 
 def with_labels(df, exclude=()):

@@ -14,7 +14,7 @@ COMMANDS = {
     "warm": ("ordersim.warm", "main",
              "compile and cache a config's kernels ahead of a job (e.g. in a Slurm prologue)"),
     "reproduce": ("ordersim.analysis.reproduce", "main",
-                  "run the papers' experiments (runs/papers/), draw their figures and verdicts"),
+                  "run the papers' experiments (runs/papers/) and the scaling sweep, draw figures, verdicts"),
     "orderers": ("ordersim.listing", "orderers", "list the orderers with a one-line description"),
     "problems": ("ordersim.listing", "problems", "list the problems with a one-line description"),
 }

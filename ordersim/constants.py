@@ -217,8 +217,9 @@ def minimize(problem, rows: WorkerRows, statistics: RowStatistics) -> tuple[np.n
         mean = rows.mean(loss_and_grad, d + 1)
         return float(mean[0]), mean[1:]
 
-    def hessp(x, v):
-        return rows.mean(lambda w: problem.hessp(x, v, *rows.shard(w)), d)
+    def hessian_at(x):  # v -> the mean over the workers of their shards' Hessian-vector products
+        products = [problem.hessian_at(x, *rows.shard(w)) for w in range(rows.local)]
+        return lambda v: rows.mean(lambda w: products[w](v), d)
 
     x0 = np.zeros(d)
     _, g0 = fg(x0)
@@ -237,7 +238,8 @@ def minimize(problem, rows: WorkerRows, statistics: RowStatistics) -> tuple[np.n
     for _ in range(60):
         if gn <= 1e-12 * g0n or stalls >= 3:
             break
-        H = LinearOperator((d, d), matvec=lambda v, xk=x: hessp(xk, np.ravel(v)), dtype=np.float64)
+        product = hessian_at(x)
+        H = LinearOperator((d, d), matvec=lambda v: product(np.ravel(v)), dtype=np.float64)
         step, _ = cg(H, -g, rtol=min(1e-2, gn / g0n), atol=0.0, maxiter=max(100, 4 * d))
         t, best = 1.0, None
         while t > 1e-12:

@@ -104,6 +104,11 @@ class Problem:
         constants call it on each worker's shard and average over the workers."""
         raise NotImplementedError
 
+    def hessian_at(self, x: np.ndarray, A: np.ndarray, y: np.ndarray):
+        """v -> hessp(x, v, A, y) at one x: the solver's CG calls it many times per x, so a problem
+        may compute what depends on x alone once (and must return the same values as hessp)."""
+        return lambda v: self.hessp(x, v, A, y)
+
     def solve_exact(self, rows: RowStatistics):
         """A closed-form minimizer from the row statistics, or None to let the solver iterate."""
         return None

@@ -137,6 +137,10 @@ class Logistic(Problem):
         return rows.top / 4.0 + lam, rows.max_row_norm2 / 4.0 + lam, lam
 
     def hessp(self, x, v, A, y):
+        return self.hessian_at(x, A, y)(v)
+
+    def hessian_at(self, x, A, y):
         s = 1.0 / (1.0 + np.exp(-(A @ x)))
-        return A.T @ (s * (1.0 - s) * (A @ v)) / A.shape[0] + self.options["lam"] * v
+        weights, lam = s * (1.0 - s), self.options["lam"]  # the loss'' of each row: once per x
+        return lambda v: A.T @ (weights * (A @ v)) / A.shape[0] + lam * v
 

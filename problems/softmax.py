@@ -143,11 +143,18 @@ class Softmax(Problem):
         return rows.top / 2.0 + lam, rows.max_row_norm2 / 2.0 + lam, lam
 
     def hessp(self, x, v, A, y):
+        return self.hessian_at(x, A, y)(v)
+
+    def hessian_at(self, x, A, y):
         K, p = self.classes, self.features
         Z = A @ x.reshape(K, p).T
         Z -= Z.max(axis=1, keepdims=True)
         P = np.exp(Z)
-        P /= P.sum(axis=1, keepdims=True)
-        AV = A @ v.reshape(K, p).T
-        M = P * AV - P * (P * AV).sum(axis=1, keepdims=True)
-        return (M.T @ A).ravel() / A.shape[0] + self.options["lam"] * v
+        P /= P.sum(axis=1, keepdims=True)  # the rows' class probabilities: once per x
+        lam = self.options["lam"]
+
+        def product(v):
+            AV = A @ v.reshape(K, p).T
+            M = P * AV - P * (P * AV).sum(axis=1, keepdims=True)
+            return (M.T @ A).ravel() / A.shape[0] + lam * v
+        return product

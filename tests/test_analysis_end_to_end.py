@@ -14,7 +14,7 @@ from test_simulator import run_serial  # noqa: E402
 
 @pytest.fixture(scope="module")
 def sweep_over_m(tmp_path_factory):
-    """A sweep over m at fixed n = 16 per worker, as runs/scaling.sh does (one sweep cell a file)."""
+    """A sweep over m at fixed n = 16 per worker, as `reproduce scaling` runs (one sweep cell a file)."""
     out = tmp_path_factory.mktemp("scaling")
     config = out / "scaling.toml"
     config.write_text(

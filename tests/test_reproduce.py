@@ -1,14 +1,16 @@
-"""The papers' experiments (runs/papers/, `python -m ordersim reproduce`): the [quick] tables, and
-every experiment run at its quick size with the claims that size can show checked."""
+"""The papers' experiments (runs/papers/) and the scaling experiment (runs/scaling.toml),
+`python -m ordersim reproduce`: the [quick] tables, every experiment run at its quick size with the
+claims that size can show checked, and the README's scaling table against its claims."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from ordersim.analysis.reproduce import CONFIGS, EXPERIMENTS
+from ordersim.analysis.reproduce import CONFIGS, EXPERIMENTS, SCALING_GRIDS, config_path
 from ordersim.config import ConfigError
 from ordersim.sweep import config_cells
 
@@ -43,9 +45,18 @@ def test_bad_quick_tables(tmp_path, text, pattern):
 
 def test_every_experiment_has_a_config_that_names_its_paper_and_quick_size():
     for name in EXPERIMENTS:
-        text = (CONFIGS / f"{name}.toml").read_text()
-        assert "[quick]" in text and "arXiv" in text and "Differs from the paper" in text, name
-        assert "Paper scale" in text, name
+        text = config_path(name).read_text()
+        assert "[quick]" in text and "Differs from the paper" in text and "Paper scale" in text, name
+        assert "arXiv" in text or name == "scaling", name  # scaling tests the papers' rates on synthetic data
+    assert config_path("grab_mnist").parent == CONFIGS
+
+
+def test_scaling_grids_share_a_cell_between_the_two_sweeps():
+    """The n-sweep's cell at n = examples is the m-sweep's cell (one run, as in the README's grid)."""
+    for grid in SCALING_GRIDS.values():
+        cells = grid.cells()
+        assert len(cells) == len(set(cells)) == len(grid.workers) + len(grid.examples_sweep)
+        assert (grid.workers_for_n, grid.examples) in cells and grid.workers_for_n in grid.workers
 
 
 @pytest.mark.slow
@@ -62,10 +73,46 @@ def test_reproduce_quick_runs_every_experiment_and_its_checkable_claims_hold(tmp
         assert line in done.stdout
         want = ": shown (quick size)" if EXPERIMENTS[name].quick_shows else ": not checked (quick size)"
         assert want in line, line
+    # the scaling fit table, as analysis.fit prints it, for the README
+    table = (tmp_path / "figures" / "scaling.txt").read_text()
+    assert table.startswith("code: ") and "variable orderer" in table
+    assert {(r.variable, r.orderer) for r in fit_rows(table).itertuples()} == {
+        (v, o) for v in "mn" for o in ("rr", "cd-grab")}
+
+
+def fit_rows(text):
+    """The rows of an analysis.fit table (its printed text) as a DataFrame."""
+    import pandas as pd
+
+    row = re.compile(r"^\s*(m|n)\s+(\S+)\s+(\d+)\s+(\d+)\s+([+-][\d.]+)\s+\[([+-][\d.]+), ([+-][\d.]+)\]"
+                     r"\s+(\S+)\s+(\S+)\s+(.+?)\s*$")
+    rows = [m.groups() for m in map(row.match, text.splitlines()) if m]
+    df = pd.DataFrame(rows, columns=["variable", "orderer", "cells", "draws", "exponent", "ci_low", "ci_high",
+                                     "theory", "agree", "floor"])
+    return df.astype({c: float for c in ("exponent", "ci_low", "ci_high")})
+
+
+def test_readme_scaling_table_is_the_committed_output_and_bears_out_its_claims():
+    """The README's table is docs/figures/papers/scaling.txt (what `python -m ordersim reproduce
+    scaling --figures docs/figures/papers` wrote), and the README's claims hold on it: the same
+    check (`scaling_shown`) as the verdict line. A re-run that changes the table must update both."""
+    pytest.importorskip("pandas")
+    from ordersim.analysis.reproduce import scaling_shown
+
+    readme = (ROOT / "README.md").read_text()
+    written = (ROOT / "docs" / "figures" / "papers" / "scaling.txt").read_text().strip()
+    assert f"```\n{written}\n```" in readme
+    rows = fit_rows(written)
+    assert len(rows) == 6 and set(rows.orderer) == {"rr", "d-grab", "cd-grab"}
+    assert scaling_shown(rows)
+    # and the check fails on a table where rr's interval misses D-RR's -1
+    broken = rows.copy()
+    broken.loc[(broken.variable == "m") & (broken.orderer == "rr"), "ci_low"] = -0.9
+    assert not scaling_shown(broken)
 
 
 def test_an_unknown_experiment_is_refused_before_anything_runs(capsys):
     from ordersim.analysis.reproduce import main
 
     assert main(["grab_mnist", "nosuch"]) == 2
-    assert "unknown experiment(s) nosuch; known: grab_mnist, cdgrab_logreg" in capsys.readouterr().err
+    assert "unknown experiment(s) nosuch; known: scaling, grab_mnist, cdgrab_logreg" in capsys.readouterr().err

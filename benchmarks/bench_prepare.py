@@ -1,0 +1,137 @@
+"""Time to prepare a run (its data rows and the problem's constants), in units of an rr epoch.
+
+    python benchmarks/bench_prepare.py            # N = 1 000 000, d = 128 (1 GB of rows; a minute or two)
+    python benchmarks/bench_prepare.py --quick    # N = 100 000, seconds
+
+Logistic regression on `synthetic:classification?n=N&d=127` plus the intercept (d = 128), no test
+split, m = 8 workers, serial backend, the constants' cache off. The phases of `simulate.prepare`,
+timed one by one: the data plan (`open_dataset`: the pass over the rows that checks them and
+computes the labels and the standardization statistics), the rows (`DataPlan.train_rows` of every
+worker's shard) and the constants (`constants.compute_constants`: the row statistics, the solver
+for x*, with its count of gradient passes and Hessian-vector products, then sigma*^2 and zeta*^2).
+Then the best of 3 rr epochs (`Run.train_epoch`, after a warm-up on a slice), and a vectorized read
+of the rows (bench_orderers' `read_sum`): each phase is printed in seconds, in rr epochs, and, for
+the solver's passes, as bandwidth against that read.
+Target (issue #23): data and constants within 5 rr epochs; every pass over the rows at >= 50 % of
+the read's bandwidth; synthetic rows generated once.
+This is a script: it prints and never asserts (pytest does not collect it).
+"""
+
+import os
+
+for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # benchmark the checkout this script is in (not another install)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_orderers import read_sum  # noqa: E402
+from bench_simulator import M, make_config, warm_up  # noqa: E402
+
+
+class Timed:
+    """Wraps a function: calls and seconds spent in it."""
+
+    def __init__(self, fn):
+        self.fn, self.calls, self.seconds = fn, 0, 0.0
+
+    def __call__(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            self.calls += 1
+            self.seconds += time.perf_counter() - start
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="N = 100 000")
+    parser.add_argument("--examples", type=int, default=None, metavar="N", help="N (default 1 000 000)")
+    args = parser.parse_args(argv)
+    N = args.examples or (100_000 if args.quick else 1_000_000)
+
+    from ordersim import constants
+    from ordersim.backend import SerialBackend
+    from ordersim.constants import WorkerRows
+    from ordersim.simulate import Run, Setup, _plan, learning_rate
+
+    config = make_config(N, "serial", 1)
+    backend = SerialBackend(M)
+    times = {}
+    start = time.perf_counter()
+    problem, plan, shards, dropped = _plan(config, backend)
+    times["data plan (check rows, labels, statistics)"] = time.perf_counter() - start
+    start = time.perf_counter()
+    A = plan.train_rows(shards.reshape(-1))
+    y = np.ascontiguousarray(plan.y[shards.reshape(-1)])
+    times["rows (generate and transform)"] = time.perf_counter() - start
+
+    statistics, solver = Timed(constants.row_statistics), Timed(constants.minimize)
+    constants.row_statistics, constants.minimize = statistics, solver
+    full_grad, setup_hessian = Timed(problem.full_grad), Timed(problem.hessian_at)
+    hessp = Timed(None)  # every Hessian-vector product of every shard, wherever its x
+
+    def hessian_at(x, A, y):
+        product = setup_hessian(x, A, y)
+
+        def timed(v):
+            hessp.fn = product
+            return hessp(v)
+        return timed
+
+    problem.full_grad, problem.hessian_at = full_grad, hessian_at  # instance attributes: minimize calls these
+    start = time.perf_counter()
+    consts = constants.compute_constants(problem, WorkerRows(backend, A, y, shards.shape[1]))
+    total = time.perf_counter() - start
+    times["constants: row statistics (Gram matrix, spectrum)"] = statistics.seconds
+    times["constants: solver for x* (gradients, Hessian-vector products)"] = solver.seconds
+    times["constants: sigma*^2, zeta*^2"] = total - statistics.seconds - solver.seconds
+
+    setup = Setup(config, backend, problem, A, y, shards.shape[1], shards, dropped, consts, None, None,
+                  np.zeros(M + 1, dtype=np.int64), plan.info)
+    lr = learning_rate(config, 0, setup)
+    warm_up(setup, lr)
+    run = Run(setup, "rr", 0)
+    epoch = min(_timed_epoch(run, e + 1, lr) for e in range(3))
+
+    read = np.inf
+    read_sum(A)
+    for _ in range(3):
+        start = time.perf_counter()
+        read_sum(A)
+        read = min(read, time.perf_counter() - start)
+    gb = A.nbytes / 1e9
+
+    print(f"prepare: logistic, N = {N}, d = {A.shape[1]}, m = {M} (rows: {gb:.2f} GB); "
+          f"rr epoch {epoch:.3f} s; a read of the rows {read:.3f} s ({gb / read:.1f} GB/s)")
+    print(f"  {'phase':<64} {'s':>8} {'rr epochs':>10}")
+    for name, seconds in times.items():
+        print(f"  {name:<64} {seconds:>8.2f} {seconds / epoch:>10.1f}")
+    prep = sum(times.values())
+    print(f"  {'total':<64} {prep:>8.2f} {prep / epoch:>10.1f}   (target <= 5 rr epochs: "
+          f"{'met' if prep <= 5 * epoch else 'MISSED'})")
+    passes = full_grad.calls / M
+    print(f"  solver: {passes:.0f} gradient passes ({full_grad.seconds:.2f} s, "
+          f"{passes * gb / max(full_grad.seconds, 1e-12):.1f} GB/s), {hessp.calls / M:.0f} Hessian-vector "
+          f"products ({hessp.seconds:.2f} s, {hessp.calls / M * gb / max(hessp.seconds, 1e-12):.1f} GB/s "
+          f"counting one read of the rows each; {setup_hessian.seconds:.2f} s more for what depends on x alone); "
+          f"the read: {gb / read:.1f} GB/s")
+
+
+def _timed_epoch(run, epoch, lr) -> float:
+    start = time.perf_counter()
+    run.train_epoch(epoch, lr)
+    return time.perf_counter() - start
+
+
+if __name__ == "__main__":
+    main()
