@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ordersim.config import FIELDS, ConfigError, build_config, read_toml
+from ordersim.config import FIELDS, ConfigError, build_config, check_fields, read_toml
 from ordersim.data import check_fits_in_memory, physical_memory
 
 GIB = 2**30
@@ -159,7 +159,7 @@ def dry_run(runs: list, config_path: str | None, flags: dict, comm, size: int, r
     from ordersim.backend import MPIBackend, SerialBackend
     from ordersim.compile_notice import compile_notice
     from ordersim.runner import existing_output_error
-    from ordersim.simulate import check_fields, default_out_path, prepare
+    from ordersim.simulate import default_out_path, prepare
 
     def say(*lines):
         if rank == 0:
