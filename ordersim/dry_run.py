@@ -89,20 +89,14 @@ def run_buffer_bytes(config, setup, name: str) -> int:
     orderer itself (made here as a Run makes it, without compiling), the step loops' gradient
     buffers and the herding measurement's chunks (ordersim/simulate.py, ordersim/engine.py)."""
     from ordersim import engine
-    from ordersim.orderers import make_orderer, orderer_class
-    from ordersim.simulate import CHUNK_DOUBLES
+    from ordersim.simulate import CHUNK_DOUBLES, run_orderer
 
     backend, m, n, b, d = setup.backend, config.workers, setup.n, config.batch, setup.problem.dim
     local = backend.local_workers
-    cls = orderer_class(name)
-    coordinated = cls.coordinated and backend.size > 1  # every rank runs it for all m workers
-    rows, first = (m, 0) if coordinated else (local, backend.first)
-    orderer = make_orderer(name, rows, n, d, 0, first_worker=first, sign=config.sign, tie=config.tie,
-                           first_order=config.first_order, walk_c=config.walk_c or None,
-                           run_epochs=config.epochs)
+    orderer, coordinated = run_orderer(config, backend, name, n, d, 0)
     if backend.size == 1:
-        store = (engine.PAIR_DIFFERENCES if cls.pair_difference_kernel is not None
-                 else engine.GRADIENTS if cls.needs_gradients else engine.NO_GRADIENTS)
+        store = (engine.PAIR_DIFFERENCES if orderer.pair_difference_kernel is not None
+                 else engine.GRADIENTS if orderer.needs_gradients else engine.NO_GRADIENTS)
         steps = m * engine.chunk_rows(store, m, n, b, d) * d if store != engine.NO_GRADIENTS else 0
     else:
         steps = local * b * d + (m * b * d if coordinated else 0)

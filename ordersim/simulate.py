@@ -225,6 +225,19 @@ def warn_regime(config: Config, backend, regimes: dict) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def run_orderer(config: Config, backend, name: str, n: int, d: int, seed: int) -> tuple:
+    """(orderer, coordinated): the orderer a run of `name` holds on this rank, with the config's
+    options. A coordinated orderer runs for all m workers on every rank (coordinated is then
+    True: it needs every worker's gradients); the others for this rank's own workers."""
+    options = dict(sign=config.sign, tie=config.tie, first_order=config.first_order)
+    # c from N = m n, not from this rank's workers, so the walk is the same on any rank count
+    options["walk_c"] = config.walk_c or default_walk_c(config.workers * n, d)
+    coordinated = orderer_class(name).coordinated and backend.size > 1
+    rows, first = (config.workers, 0) if coordinated else (backend.local_workers, backend.first)
+    orderer = make_orderer(name, rows, n, d, seed, first_worker=first, run_epochs=config.epochs, **options)
+    return orderer, coordinated
+
+
 class Run:
     """One (orderer, seed) run: model, optimizer state, orderer, and the per-rank buffers."""
 
@@ -234,15 +247,7 @@ class Run:
         m, n, d, b = config.workers, setup.n, problem.dim, config.batch
         self.m, self.n, self.d, self.b = m, n, d, b
         self.local = backend.local_workers
-        options = dict(sign=config.sign, tie=config.tie, first_order=config.first_order)
-        # c from N = m n, not from this rank's workers, so the walk is the same on any rank count
-        options["walk_c"] = config.walk_c or default_walk_c(m * n, d)
-        cls = orderer_class(orderer_name)
-        # A coordinated orderer runs for all m workers on every rank; the others for this rank's own.
-        self.coordinated = cls.coordinated and backend.size > 1
-        rows, first = (m, 0) if self.coordinated else (self.local, backend.first)
-        self.orderer = make_orderer(orderer_name, rows, n, d, seed, first_worker=first,
-                                    run_epochs=config.epochs, **options)
+        self.orderer, self.coordinated = run_orderer(config, backend, orderer_name, n, d, seed)
         self.own_rows = slice(backend.first, backend.last) if self.coordinated else slice(None)
         # the model and every buffer of the step loops start on a cache line (ordersim/aligned.py)
         self.x = aligned.on_cache_line(problem.initial_point(stream(seed, "init")))
