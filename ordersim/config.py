@@ -280,10 +280,12 @@ def flags_for(values: dict) -> list[str]:
 # -- checks of the values (no data needed) ------------------------------------------------------------
 def _registered(name: str, registry, value: str, off: str = "") -> type:
     """The class a registry field names (a registered name or a .py file), or ConfigError."""
-    from ordersim.registry import is_path
+    from ordersim.registry import PluginError, is_path
 
     try:
         return registry.get_class(value)
+    except PluginError as err:
+        raise ConfigError(f"config field {name!r}: {err}") from None
     except ValueError as err:
         if isinstance(value, str) and is_path(value):
             raise ConfigError(f"config field {name!r}: {err}") from None

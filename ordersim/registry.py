@@ -31,6 +31,12 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 
+class PluginError(ValueError):
+    """An installed plug-in that cannot be used (its entry point fails to import, names no class
+    of the kind, or a name twice); the message is the one line the user sees, as a config error
+    of the field that asked (ordersim.config) or from the listings (ordersim.cli)."""
+
+
 def is_path(name_or_path: str) -> bool:
     """Whether a command-line value names a .py file rather than a registered name."""
     return name_or_path.endswith(".py") or os.sep in name_or_path or "/" in name_or_path
@@ -95,11 +101,11 @@ class Registry(Mapping):
                 try:
                     cls = point.load()
                 except Exception as exc:
-                    raise RuntimeError(f"entry point {point.name!r} of group {self.group!r} "
+                    raise PluginError(f"entry point {point.name!r} of group {self.group!r} "
                                        f"({point.value}) failed to load: {type(exc).__name__}: {exc}") from exc
                 self._check(cls, f"entry point {point.name!r} of group {self.group!r} ({point.value})")
                 if cls.name != point.name:
-                    raise RuntimeError(f"entry point {point.name!r} of group {self.group!r} names "
+                    raise PluginError(f"entry point {point.name!r} of group {self.group!r} names "
                                        f"the {self.kind} {cls.name!r}; the two names must agree")
                 self._add(entries, point.name, cls, point.value)
             self._entries = entries
@@ -108,12 +114,12 @@ class Registry(Mapping):
     def _check(self, cls, where: str) -> None:
         base = self._base()
         if not (inspect.isclass(cls) and issubclass(cls, base) and getattr(cls, "name", "")):
-            raise RuntimeError(f"{where} is not a subclass of {base.__module__}.{base.__qualname__} "
+            raise PluginError(f"{where} is not a subclass of {base.__module__}.{base.__qualname__} "
                                f"with a name")
 
     def _add(self, entries: dict, name: str, cls: type, where: str) -> None:
         if name in entries and entries[name] is not cls:
-            raise RuntimeError(f"two {self.plural} are named {name!r} (one from {where})")
+            raise PluginError(f"two {self.plural} are named {name!r} (one from {where})")
         entries[name] = cls
 
     # -- the mapping ----------------------------------------------------------------------------
@@ -166,4 +172,4 @@ class Registry(Mapping):
         return ", ".join(self)
 
 
-__all__ = ["Registry", "is_path", "load_file", "subclasses_in"]
+__all__ = ["PluginError", "Registry", "is_path", "load_file", "subclasses_in"]
