@@ -38,6 +38,7 @@ from ordersim import aligned
 from ordersim.config import PARTITIONS, REMAINDERS
 from ordersim.csv_rows import CsvRows
 from ordersim.libsvm import LibsvmRows
+from ordersim.problems.base import LABEL_KINDS
 from ordersim.registry import Registry, is_path
 from ordersim.streams import stream
 
@@ -59,7 +60,6 @@ PACKAGE_SETS = {
                               "offline by mnist1d's make_dataset (seed 42)"),
 }
 FILE_OPTIONS = {"libsvm": ("features",), "csv": ("label", "header"), "npz": (), "hdf5": ()}
-LABEL_KINDS = ("binary", "multiclass", "real")
 
 # stream epochs of purpose "data"
 _GENERATE, _SPLIT, _PARTITION = 0, 1, 2
