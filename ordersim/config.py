@@ -124,7 +124,7 @@ class Config:
     straggler_options: dict = _help("straggler model parameters as a table, e.g. {a = 1, mu = 1}; "
                                     "latency (s) and bandwidth (bytes/s) set the communication model",
                                     default_factory=dict)
-    coding: str = _help("straggler mitigation (needs stragglers): {choices}; docs/stragglers.md), or "
+    coding: str = _help("straggler mitigation (needs stragglers): {choices} (docs/stragglers.md), or "
                         "a path to a .py file", choices=_coding_choices, default="wait-all")
     coding_s: int = _help("stragglers s the coding tolerates, < workers (gc-fr and the pgc-fr schemes need "
                           "(s+1) | workers)", default=1)
