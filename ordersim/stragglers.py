@@ -461,7 +461,7 @@ class EpochClock:
 
     def weights(self, first: int, steps: int) -> np.ndarray:
         """(steps, k, s+1): weights[t, j, age], the weight of partition j's gradient computed
-        ``age`` steps before step first+t in that step's decoded gradient (StepResult.weights)."""
+        ``age`` steps before step first+t in that step's decoded gradient (Scheme.step_weights)."""
         arrival = self.arrivals(first, steps)
         out = np.empty((steps, self.scheme.k, self.scheme.s + 1))
         for t in range(steps):
