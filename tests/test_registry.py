@@ -110,3 +110,28 @@ def test_listing_with_a_broken_installed_plug_in_is_one_line_exit_2(tmp_path):
     assert result.stderr.splitlines() == [
         "ordersim: error: entry point 'ghost' of group 'ordersim.orderers' (no_such_module:Ghost) failed "
         "to load: ModuleNotFoundError: No module named 'no_such_module'"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--stragglers", "nope"], "config field 'stragglers': 'nope' is not allowed; allowed: '' (off), constant, "
+                               "shifted-exp, persistent, bernoulli, bursty, trace, or a path to a .py file"),
+    (["--stragglers", "shifted-exp", "--straggler-options", '{"mu": -1}'],
+     "config field 'straggler_options': mu must be a finite number > 0, got -1"),
+    (["--stragglers", "trace", "--straggler-options", '{"path": "no/such/times.csv"}'],
+     "config field 'straggler_options': "),  # numpy's words for the missing file
+    (["--stragglers", "shifted-exp", "--coding", "gc-fr", "--coding-s", "3", "--workers", "6"],
+     "config field 'coding_s': fractional repetition needs (s+1) | workers, got workers=6, s=3"),
+    (["--coding", "gc-cr"], "config field 'stragglers': coding 'gc-cr' needs a straggler model to decide who "
+                            "responds; set stragglers to one of constant, shifted-exp, persistent, bernoulli, "
+                            "bursty, trace"),
+    (["--coding", "gc-xx"], "config field 'coding': 'gc-xx' is not allowed; allowed: wait-all, "),
+    (["--orderers", "rr", "no/such/orderer.py"],
+     "config field 'orderers': orderer file 'no/such/orderer.py' does not exist"),
+    (["--data", "no/such/source.py:12"], "config field 'data': data source file 'no/such/source.py' does not exist"),
+])
+def test_plug_in_fields_are_one_line_config_errors(args, message, tmp_path, capsys):
+    from ordersim.runner import main
+
+    assert main([*args, "--epochs", "1", "--out", str(tmp_path / "x.h5")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"ordersim: error: {message}"), err
