@@ -14,7 +14,8 @@ itself on first use, from three places:
 Nothing is imported before the registry is first asked, and asking imports modules, never
 compiles: kernels compile at first use (ordersim/declared_jit.py), so listing names is cheap. A
 registry is a read-only mapping (name -> class: the built-ins in their order, then the entry
-points by name, then files in the order they were loaded); an unknown name raises the
+points by name), which the listings and the lists of allowed values show; a class loaded from a
+file is not listed, but its name finds it from then on (`get_class`); an unknown name raises the
 one-line ValueError "unknown orderer 'x'; known orderers: a, b, c".
 """
 
@@ -124,16 +125,13 @@ class Registry(Mapping):
 
     # -- the mapping ----------------------------------------------------------------------------
     def __getitem__(self, name: str) -> type:
-        entries = self._load()
-        if name in entries:
-            return entries[name]
-        return self._files[name]
+        return self._load()[name]
 
     def __iter__(self):
-        return iter({**self._load(), **self._files})
+        return iter(self._load())
 
     def __len__(self) -> int:
-        return len({**self._load(), **self._files})
+        return len(self._load())
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}: {', '.join(self) if self._entries is not None else '...'})"
@@ -151,6 +149,8 @@ class Registry(Mapping):
             raise ValueError(f"a {self.kind} is a name{' or a path' if paths else ''}, got {name!r}")
         if name in self:
             return self[name]
+        if name in self._files:
+            return self._files[name]
         if paths and is_path(name):
             cls = load_file(name, self.kind, self._base())
             if cls.name in self._load():

@@ -142,7 +142,8 @@ def test_problem_example_by_path(plug_in_files):
     from ordersim.problems import PROBLEMS, make_problem as make
 
     problem = make(plug_in_files["problem"], 3, 2, lam=0.1)
-    assert problem.name == "squared-hinge" and PROBLEMS["squared-hinge"] is type(problem)
+    assert problem.name == "squared-hinge" and PROBLEMS.get_class("squared-hinge") is type(problem)
+    assert "squared-hinge" not in PROBLEMS  # found by its name from now on, but not listed
     rng = np.random.default_rng(3)
     A, y, x = rng.normal(size=(9, 3)), rng.choice([-1.0, 1.0], 9), rng.normal(size=3)
     idx = np.arange(9, dtype=np.int64)
