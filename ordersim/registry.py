@@ -9,7 +9,7 @@ itself on first use, from three places:
   ``ordersim.problems``, ``ordersim.data_sources``, ``ordersim.straggler_models``,
   ``ordersim.coding_schemes``): each entry point names one class, under the entry point's name;
 - a path to a ``.py`` file given where a name is expected (``--problem my_problem.py``): the file
-  is imported and its one subclass of the kind's base class with a ``name`` is registered.
+  is imported and its one subclass of the kind's base class with a ``name`` is used.
 
 Nothing is imported before the registry is first asked, and asking imports modules, never
 compiles: kernels compile at first use (ordersim/declared_jit.py), so listing names is cheap. A
@@ -137,31 +137,24 @@ class Registry(Mapping):
         return f"Registry({self.kind!r}: {', '.join(self) if self._entries is not None else '...'})"
 
     # -- look-ups -------------------------------------------------------------------------------
-    def unknown(self, name) -> ValueError:
-        """The one-line error of a name that is not registered."""
-        return ValueError(f"unknown {self.kind} {name!r}; known {self.plural}: {', '.join(self)}")
-
-    def get_class(self, name: str, paths: bool = True) -> type:
-        """The class registered as ``name``, or (``paths``) the one a .py file at that path
-        defines, which its name finds from then on in this process (a later file of the same
+    def get_class(self, name: str) -> type:
+        """The class registered as ``name``, or the one a .py file at that path defines, which its name finds from then on in this process (a later file of the same
         name replaces it; the name of a built-in or an entry point is refused); else ValueError."""
         if not isinstance(name, str):
-            raise ValueError(f"a {self.kind} is a name{' or a path' if paths else ''}, got {name!r}")
+            raise ValueError(f"a {self.kind} is a name or a path, got {name!r}")
         if name in self:
             return self[name]
         if name in self._files:
             return self._files[name]
-        if paths and is_path(name):
+        if is_path(name):
             cls = load_file(name, self.kind, self._base())
             if cls.name in self._load():
                 raise ValueError(f"{self.kind} file {name!r} defines {cls.name!r}, the name of a "
                                  f"registered {self.kind}; give it another name")
             self._files[cls.name] = cls
             return cls
-        error = self.unknown(name)
-        if paths:
-            error = ValueError(f"{error} (or a path to a .py file)")
-        raise error
+        raise ValueError(f"unknown {self.kind} {name!r}; known {self.plural}: {self.choices()} (or a path "
+                         f"to a .py file)")
 
     def descriptions(self) -> dict[str, str]:
         """Every name and its one-line description, in the registry's order."""
