@@ -50,15 +50,21 @@ def main(argv: list[str] | None = None) -> int:
         if error:
             print(f"ordersim: error: {error}", file=sys.stderr)
             return 2
-    module, function, _ = COMMANDS[argv[0]]
-    if argv[0] != "run":
-        return getattr(importlib.import_module(module), function)(argv[1:])
-    from ordersim.checkpoint import stop_request  # light: signal, os, pickle
+    from ordersim.registry import PluginError  # light: importlib.metadata
 
-    # SIGTERM/SIGUSR1 handled from before the heavy imports (NumPy, Numba, MPI: seconds) to the
-    # exit: a signal at any moment stops the run cleanly (exit 3), never kills it
-    stop = stop_request()
+    module, function, _ = COMMANDS[argv[0]]
     try:
-        return getattr(importlib.import_module(module), function)(argv[1:])
-    finally:
-        stop.ignore_from_now()
+        if argv[0] != "run":
+            return getattr(importlib.import_module(module), function)(argv[1:])
+        from ordersim.checkpoint import stop_request  # light: signal, os, pickle
+
+        # SIGTERM/SIGUSR1 handled from before the heavy imports (NumPy, Numba, MPI: seconds) to the
+        # exit: a signal at any moment stops the run cleanly (exit 3), never kills it
+        stop = stop_request()
+        try:
+            return getattr(importlib.import_module(module), function)(argv[1:])
+        finally:
+            stop.ignore_from_now()
+    except PluginError as err:  # the same on every rank: every rank reads the same entry points
+        print(f"ordersim: error: {err}", file=sys.stderr)
+        return 2

@@ -6,16 +6,21 @@ f_i = Σ_j B_ij g_j, where g_j is partition j's gradient (a d-vector; in trainin
 per-example gradients of partition j's examples of that step). Worker i stores the partitions in
 ``partitions(i)``; a partition with B_ij ≠ 0 is stored by worker i.
 
-Every scheme answers one question per step::
+Every scheme answers one question per step, from the arrival times alone (the simulator forms
+the update from the weights; tests/reference/coding.py replays the schemes with gradients)::
 
-    result = scheme.step(G, arrival)   # G (k, d) partition gradients at the current model,
-                                       # arrival (n_w,) time each worker's message reaches the server
-    result.gradient    # (d,) the decoded estimate of Σ_j g_j (a sum, not a mean)
-    result.time        # arrival time of the responder that completed decoding
-    result.responded   # bool (n_w,): messages that had arrived by result.time (ties included)
-    result.used        # bool (n_w,): responders with a non-zero decoding coefficient
-    result.weights     # (k, s+1): weight of partition j's gradient computed `age` steps ago
-                       # (column = age) in result.gradient; only column 0 for non-pipelined schemes
+    weights, time, responded = scheme.step_weights(arrival, step)
+    # arrival (n_w,): when each worker's message reaches the server
+    # weights (k, s+1): weight of partition j's gradient computed `age` steps ago (column = age)
+    #   in the decoded estimate of Σ_j g_j (a sum, not a mean); only column 0 for non-pipelined schemes
+    # time: arrival time of the responder that completed decoding
+    # responded: bool (n_w,), the messages that had arrived by then (ties included)
+    scheme.step_times(arrivals)   # (T, n_w) -> (T,): the decode times of many steps at once
+
+An exact scheme (``exact = True``) decodes Σ_j g_j itself, so training keeps the plain sum and only
+the clock runs; the others change the update (docs/stragglers.md). Schemes are found by name in
+``SCHEMES`` (ordersim.registry: another package adds one through the ``ordersim.coding_schemes``
+entry-point group, a user through a path to a .py file; docs/adding.md).
 
 Arrival ties are broken by worker index (stable sort). ``load`` is the number of partitions a worker
 computes per step (what a straggler model multiplies its per-partition time by):
@@ -97,10 +102,9 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
-from dataclasses import dataclass
-
 import numpy as np
 
+from ordersim.registry import Registry
 from ordersim.streams import stream
 
 CODE_BLOCK = 2 ** 31 - 1  # stream block reserved for code construction
@@ -109,17 +113,6 @@ WAITS = ("decodable", "n-s")
 
 class DecodingWarning(RuntimeWarning):
     """Poorly conditioned or inexact decoding of a gradient code."""
-
-
-@dataclass
-class StepResult:
-    gradient: np.ndarray
-    time: float
-    responded: np.ndarray
-    used: np.ndarray
-    coefficients: np.ndarray
-    weights: np.ndarray
-    load: int
 
 
 def _int(name, value, low):
@@ -134,6 +127,7 @@ class Scheme:
     name = ""
     description = ""
     pipelined = False
+    exact = True  # the decoded vector is Σ_j g_j, whoever responds
 
     def __init__(self, workers: int, s: int = 0, seed: int = 0):
         self.workers = _int("workers", workers, 1)
@@ -154,10 +148,6 @@ class Scheme:
         plist = getattr(self, "plist", None)
         return plist[worker].copy() if plist is not None else np.flatnonzero(self.B[worker])
 
-    def encode(self, G: np.ndarray) -> np.ndarray:
-        """Every worker's coded message (n_w, d) = B @ G."""
-        return self.B @ G
-
     # -- decoding -------------------------------------------------------------------------------
     def needed(self, order: np.ndarray) -> int:
         """How many of the first responders (``order``: workers by arrival) the decoder needs."""
@@ -168,12 +158,6 @@ class Scheme:
         a = np.zeros(self.workers)
         a[first] = 1.0
         return a
-
-    def decode(self, F: np.ndarray, first: np.ndarray) -> np.ndarray:
-        """The decoded vector from the messages F (n_w, d) of the responders ``first``."""
-        a = self.coefficients(np.asarray(first))
-        used = np.flatnonzero(a)
-        return a[used] @ F[used]
 
     def _arrival_order(self, arrival):
         arrival = np.asarray(arrival, dtype=np.float64)
@@ -186,24 +170,10 @@ class Scheme:
         t = float(arrival[first[-1]])
         return arrival, first, t
 
-    def step(self, G: np.ndarray, arrival: np.ndarray, step: int = 0) -> StepResult:
-        G = np.asarray(G, dtype=np.float64)
-        if G.ndim != 2 or G.shape[0] != self.k:
-            raise ValueError(f"{self.name}: G must be (k={self.k}, d), got {G.shape}")
-        arrival, first, t = self._arrival_order(arrival)
-        a = self.coefficients(first)
-        used = a != 0
-        F = self.encode(G)
-        gradient = a[used] @ F[used]
-        weights = np.zeros((self.k, self.s + 1))
-        weights[:, 0] = a @ self.B
-        return StepResult(gradient, t, arrival <= t, used, a, weights, self.load_at(step))
-
     def step_weights(self, arrival: np.ndarray, step: int = 0):
-        """The decode of one step without the gradients: (weights (k, s+1), time, responded), the
-        same as ``step(G, arrival, step)``'s fields for any G. A pure function of (arrival, step),
-        also for the pipelined schemes (see ``_Pipelined.stamps``), so the simulator can compute it
-        identically on every rank, for any step, in any order."""
+        """The decode of one step: (weights (k, s+1), time, responded). A pure function of
+        (arrival, step), also for the pipelined schemes (see ``_Pipelined.stamps``), so that every
+        rank computes it identically, for any step, in any order."""
         arrival, first, t = self._arrival_order(arrival)
         a = self.coefficients(first)
         weights = np.zeros((self.k, self.s + 1))
@@ -234,6 +204,7 @@ class WaitAll(Scheme):
 class IgnoreStragglers(Scheme):
     name = "ignore-stragglers"
     description = "use the first n_w - s responders' own gradients, rescaled by n_w/(n_w - s)"
+    exact = False
 
     def coefficients(self, first):
         a = np.zeros(self.workers)
@@ -372,35 +343,24 @@ class GCCR(_CRDecoder, Scheme):
 
 
 class _Pipelined:
-    """Pipelined GC state: h[i, q] = worker i's latest gradient of partition P_i[q], computed at
-    step stamp[i, q]."""
+    """Pipelined GC's schedule: worker i computes list position (t + r_i) mod (s+1) of its
+    partitions P_i at step t >= 1 (all of them at step 0, the fill), so what it sends at step t
+    holds each partition's gradient of the last step it computed it."""
 
     pipelined = True
+    exact = False  # stale gradients of moving models
 
     def _init_pipeline(self, plist, offsets):
-        s1 = self.s + 1
         self.plist = plist  # (n_w, s+1): P_i[q]
-        self.offsets = offsets
-        self.h = None
-        self.stamp = np.full((self.workers, s1), -1, dtype=np.int64)
+        self.offsets = offsets  # r_i
         self.load = 1
-        self.last_step = -1
 
     def load_at(self, step):
         return self.s + 1 if step == 0 else 1
 
-    def computes(self, step: int) -> np.ndarray:
-        """(n_w, s+1) bool: which list positions every worker computes at ``step``."""
-        s1 = self.s + 1
-        if step == 0:
-            return np.ones((self.workers, s1), dtype=bool)
-        q = (step + self.offsets) % s1
-        return np.arange(s1)[None, :] == q[:, None]
-
     def stamps(self, step: int) -> np.ndarray:
         """(n_w, s+1): the step at which every worker last computed each list position, as of
-        ``step`` (inclusive): max(0, t − ((t + r_i − q) mod (s+1))), step 0 being the fill. This is
-        what ``step`` keeps in ``stamp``; here it follows from the schedule alone."""
+        ``step`` (inclusive): max(0, t − ((t + r_i − q) mod (s+1))), step 0 being the fill."""
         q = np.arange(self.s + 1)[None, :]
         return np.maximum(0, step - (step + self.offsets[:, None] - q) % (self.s + 1))
 
@@ -408,40 +368,11 @@ class _Pipelined:
         arrival, first, t = self._arrival_order(arrival)
         a = self.coefficients(first)
         used = np.flatnonzero(a)
-        coef = self.B[used[:, None], self.plist[used]]
+        coef = self.B[used[:, None], self.plist[used]]  # (|used|, s+1): B_ij of each list entry
         weights = np.zeros((self.k, self.s + 1))
         ages = step - self.stamps(step)[used]
         np.add.at(weights, (self.plist[used], ages), a[used][:, None] * coef)
         return weights, t, arrival <= t
-
-    def reset(self):
-        self.h = None
-        self.stamp[:] = -1
-        self.last_step = -1
-
-    def step(self, G, arrival, step):
-        G = np.asarray(G, dtype=np.float64)
-        if G.ndim != 2 or G.shape[0] != self.k:
-            raise ValueError(f"{self.name}: G must be (k={self.k}, d), got {G.shape}")
-        if step != self.last_step + 1:
-            raise ValueError(f"{self.name}: steps must come in order; expected {self.last_step + 1}, got {step}")
-        self.last_step = step
-        if self.h is None:
-            self.h = np.zeros((self.workers, self.s + 1, G.shape[1]))
-        mask = self.computes(step)
-        rows, cols = np.nonzero(mask)
-        self.h[rows, cols] = G[self.plist[rows, cols]]
-        self.stamp[rows, cols] = step
-        arrival, first, t = self._arrival_order(arrival)
-        a = self.coefficients(first)
-        used = np.flatnonzero(a)
-        coef = self.B[used[:, None], self.plist[used]]  # (|used|, s+1): B_ij of each list entry
-        F = np.einsum("uq,uqd->ud", coef, self.h[used])  # the coded messages of the used workers
-        gradient = a[used] @ F
-        weights = np.zeros((self.k, self.s + 1))
-        ages = step - self.stamp[used]
-        np.add.at(weights, (self.plist[used], ages), a[used][:, None] * coef)
-        return StepResult(gradient, t, arrival <= t, a != 0, a, weights, self.load_at(step))
 
 
 class _ScaledSumDecoder:
@@ -504,19 +435,22 @@ class PipelinedCRExact(_Pipelined, _CRDecoder, Scheme):
         self._init_pipeline(_cyclic_lists(self.workers, self.s), np.zeros(self.workers, dtype=np.int64))
 
 
-SCHEMES: dict[str, type[Scheme]] = {
-    cls.name: cls for cls in (WaitAll, IgnoreStragglers, GCFR, GCCR, PipelinedFR, PipelinedCR,
-                               PipelinedFRStaggered, PipelinedCRExact)
-}
+def _builtin_schemes() -> tuple[type[Scheme], ...]:
+    return (WaitAll, IgnoreStragglers, GCFR, GCCR, PipelinedFR, PipelinedCR, PipelinedFRStaggered,
+            PipelinedCRExact)
+
+
+SCHEMES = Registry("coding scheme", "ordersim.coding_schemes", _builtin_schemes, lambda: Scheme)
 
 
 def make_scheme(name: str, workers: int, s: int = 0, seed: int = 0, **options) -> Scheme:
-    if name not in SCHEMES:
-        raise ValueError(f"unknown coding scheme {name!r}; known: {', '.join(SCHEMES)}")
+    """A scheme by registered name (or path to a .py file) for ``workers`` workers tolerating
+    ``s`` stragglers; ValueError naming what is wrong."""
+    cls = SCHEMES.get_class(name)
     try:
-        return SCHEMES[name](workers, s, seed, **options)
+        return cls(workers, s, seed, **options)
     except TypeError as err:
         raise ValueError(f"{name}: {err}") from None
 
 
-__all__ = ["CODE_BLOCK", "SCHEMES", "DecodingWarning", "Scheme", "StepResult", "make_scheme"]
+__all__ = ["CODE_BLOCK", "SCHEMES", "DecodingWarning", "Scheme", "make_scheme"]

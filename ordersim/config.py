@@ -1,15 +1,23 @@
-"""The experiment configuration: one dataclass, read from TOML and command-line flags.
+"""The experiment configuration: one dataclass, read from TOML and command-line flags, and its
+validation.
 
-Every field has a help text (the `--help` of `python -m ordersim run`) and a validator. Validation
-runs on every rank before any compute; a bad value raises ConfigError, whose one-line message names
-the field, the bad value and what is allowed.
+Every field has a help text (the `--help` of `python -m ordersim run`) and is checked here: its
+type when it is read (build_config), its value by check_fields, on every rank before any compute.
+A bad value raises ConfigError, whose one-line message names the field, the bad value and what is
+allowed. Each choice list is written once: the fixed ones below, the plug-in kinds' in their
+registries (ordersim.registry), the orderers' options in ordersim.orderers.base; help texts and
+errors are built from them. What needs the data (the data spec itself, the problem's options, the
+partition) is checked by ordersim.simulate.prepare, the theory schedule's mu > 0 once the
+constants are known.
 """
 
 import argparse
 import dataclasses
 import json
+import math
 import tomllib
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 # After SIGTERM/SIGUSR1 a wait may last this long (from the later of its start and the signal):
@@ -29,8 +37,31 @@ PARTITIONS = ("contiguous", "shuffled", "dirichlet")
 REMAINDERS = ("drop", "error")
 
 
-def _help(text: str, **kw):
-    return field(metadata={"help": text}, **kw)
+def _help(text: str, choices=None, **kw):
+    """A field with its help text; ``choices`` (a function returning the text that replaces
+    "{choices}" in it) reads a registry only when a help text is printed."""
+    return field(metadata={"help": text, "choices": choices}, **kw)
+
+
+def _straggler_choices() -> str:
+    from ordersim.stragglers import STRAGGLER_MODELS
+
+    return STRAGGLER_MODELS.choices()
+
+
+def _coding_choices() -> str:
+    from ordersim.coding import SCHEMES
+
+    exact = [name for name, cls in SCHEMES.items() if cls.exact]
+    decoded = [name for name, cls in SCHEMES.items() if not cls.exact]
+    return (f"{', '.join(exact)} (exact: the clock only), {', '.join(decoded)} (the update is the "
+            f"scheme's decoded gradient)")
+
+
+def _data_choices() -> str:
+    from ordersim.data import DATA_SOURCES
+
+    return DATA_SOURCES.choices()
 
 
 @dataclass
@@ -41,9 +72,9 @@ class Config:
     problem_options: dict = _help("problem options as a TOML table / JSON object (every bundled "
                                   "problem takes lam, its L2 weight; see docs/problems.md)",
                                   default_factory=lambda: {"lam": 0.01})
-    data: str = _help("data spec: sklearn:NAME, mnist:5k, mnist1d:5k (the datasets extra), "
-                      "synthetic:KIND?key=value&..., libsvm:PATH (.gz too), csv:PATH, npz:PATH, hdf5:PATH "
-                      "(`python -m ordersim problems` lists them)", default="sklearn:breast_cancer")
+    data: str = _help("data spec SOURCE:NAME_OR_PATH?key=value&..., sources {choices}, or "
+                      "FILE.py:NAME_OR_PATH for a source in a .py file (`python -m ordersim problems` "
+                      "lists the data sets)", choices=_data_choices, default="sklearn:breast_cancer")
     standardize: bool = _help("standardize every feature to zero mean and unit variance", default=True)
     intercept: bool = _help("append a constant-1 feature (the intercept)", default=True)
     test_fraction: float = _help("fraction of the examples held out as a test split (0 = none)",
@@ -55,7 +86,8 @@ class Config:
     remainder: str = _help("when the training examples are not a multiple of the workers: drop the "
                            "remainder (with a warning, recorded in the trace) or error", default="drop")
     data_seed: int = _help("seed of the data split and partition (shared by all runs)", default=0)
-    orderers: list = _help("orderers to compare (see `python -m ordersim orderers`)",
+    orderers: list = _help("orderers to compare, by name (see `python -m ordersim orderers`) or path "
+                           "to a .py file (imported: it runs as Python code)",
                            default_factory=lambda: ["rr", "d-grab", "cd-grab"])
     sign: str = _help("balancing sign rule: deterministic or walk (self-balancing walk)",
                       default="deterministic")
@@ -86,15 +118,14 @@ class Config:
     record_orders: bool = _help("store every epoch's orders (T, m, n) int32 in the trace",
                                 default=False)
     trace_every: int = _help("store the minibatch loss every K steps (0 = off)", default=0)
-    stragglers: str = _help("straggler model of the simulated clock ('' = off): constant, shifted-exp, "
-                            "persistent, bernoulli, bursty, trace (docs/stragglers.md)", default="")
+    stragglers: str = _help("straggler model of the simulated clock ('' = off): {choices} "
+                            "(docs/stragglers.md), or a path to a .py file", choices=_straggler_choices,
+                            default="")
     straggler_options: dict = _help("straggler model parameters as a table, e.g. {a = 1, mu = 1}; "
                                     "latency (s) and bandwidth (bytes/s) set the communication model",
                                     default_factory=dict)
-    coding: str = _help("straggler mitigation (needs stragglers): wait-all, gc-fr, gc-cr (exact: the "
-                        "clock only), ignore-stragglers, pgc-fr, pgc-cr (pipelined GC as its authors' code "
-                        "builds it), pgc-fr-staggered, pgc-cr-exact (ordersim's variants) (the update is "
-                        "the scheme's decoded gradient; docs/stragglers.md)", default="wait-all")
+    coding: str = _help("straggler mitigation (needs stragglers): {choices} (docs/stragglers.md), or "
+                        "a path to a .py file", choices=_coding_choices, default="wait-all")
     coding_s: int = _help("stragglers s the coding tolerates, < workers (gc-fr and the pgc-fr schemes need "
                           "(s+1) | workers)", default=1)
     checkpoint_every: int = _help("also write a checkpoint every K epochs (0 = only when SIGTERM or "
@@ -209,7 +240,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for f in dataclasses.fields(Config):
         flag = "--" + f.name.replace("_", "-")
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-        help_text = f"{f.metadata['help']} (default: {json.dumps(default)})"
+        text = f.metadata["help"]
+        if f.metadata["choices"] is not None:
+            text = text.replace("{choices}", f.metadata["choices"]())
+        help_text = f"{text} (default: {json.dumps(default)})"
         if f.type is bool:
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
                                 help=help_text)
@@ -241,3 +275,95 @@ def flags_for(values: dict) -> list[str]:
         else:
             argv += [flag, value if isinstance(value, str) else json.dumps(value)]
     return argv
+
+
+# -- checks of the values (no data needed) ------------------------------------------------------------
+def _registered(name: str, registry, value: str, off: str = "") -> type:
+    """The class a registry field names (a registered name or a .py file), or ConfigError."""
+    from ordersim.registry import PluginError, is_path
+
+    try:
+        return registry.get_class(value)
+    except PluginError as err:
+        raise ConfigError(f"config field {name!r}: {err}") from None
+    except ValueError as err:
+        if isinstance(value, str) and is_path(value):
+            raise ConfigError(f"config field {name!r}: {err}") from None
+        raise ConfigError(f"config field {name!r}: {value!r} is not allowed; allowed: {off}"
+                          f"{registry.choices()}, or a path to a .py file") from None
+
+
+def check_fields(config: Config, ranks: int) -> Config:
+    """Checks that need no data; returns the config with workers and backend resolved and every
+    orderer given by path replaced by its name (the name the trace files it under)."""
+    from ordersim.coding import SCHEMES
+    from ordersim.orderers import ORDERERS
+    from ordersim.orderers.base import FIRST_ORDERS, SIGNS, TIES
+    from ordersim.stragglers import STRAGGLER_MODELS, comm_and_model, scheme_from_config
+
+    def bad(name, value, allowed):
+        raise ConfigError(f"config field {name!r}: {value!r} is not allowed; allowed: {allowed}")
+
+    for name, allowed in (("backend", BACKENDS), ("exchange", EXCHANGES), ("schedule", SCHEDULES),
+                          ("partition", PARTITIONS), ("remainder", REMAINDERS), ("sign", SIGNS),
+                          ("tie", TIES), ("first_order", FIRST_ORDERS)):
+        if getattr(config, name) not in allowed:
+            bad(name, getattr(config, name), ", ".join(allowed))
+    if not config.orderers:
+        bad("orderers", config.orderers, "a non-empty list of " + ORDERERS.choices())
+    orderers = [_registered("orderers", ORDERERS, name) for name in config.orderers]
+    names = [cls.name for cls in orderers]
+    if len(set(names)) != len(names):
+        bad("orderers", config.orderers, "each orderer once")
+    if not config.seeds or min(config.seeds) < 0 or len(set(config.seeds)) != len(config.seeds):
+        bad("seeds", config.seeds, "a non-empty list of distinct integers >= 0")
+    for name, low in (("epochs", 1), ("batch", 1), ("measure_every", 1), ("trace_every", 0),
+                      ("checkpoint_every", 0), ("workers", 0), ("lr_step", 1), ("data_seed", 0)):
+        if getattr(config, name) < low:
+            bad(name, getattr(config, name), f"an integer >= {low}")
+    for name, ok, allowed in (
+        ("lr", config.lr > 0 and math.isfinite(config.lr), "a finite number > 0"),
+        ("lr_decay", config.lr_decay > 0 and math.isfinite(config.lr_decay), "a finite number > 0"),
+        ("momentum", 0 <= config.momentum < 1, "0 <= momentum < 1"),
+        ("weight_decay", 0 <= config.weight_decay < math.inf, "a finite number >= 0"),
+        ("test_fraction", 0 <= config.test_fraction < 1, "0 <= test_fraction < 1"),
+        ("alpha", config.alpha > 0 and math.isfinite(config.alpha), "a finite number > 0"),
+        ("walk_c", config.walk_c >= 0 and math.isfinite(config.walk_c), "0 (the theory's value) or > 0"),
+        ("stall_timeout", 0 <= config.stall_timeout < math.inf, "0 (no limit) or a finite number of seconds > 0"),
+    ):
+        if not ok:
+            bad(name, getattr(config, name), allowed)
+
+    backend = config.backend
+    if backend == "auto":
+        backend = "mpi" if ranks > 1 else "serial"
+    if backend == "serial" and ranks > 1:
+        bad("backend", "serial", f"mpi or auto under mpiexec with {ranks} ranks (serial runs in one process)")
+    workers = config.workers or (ranks if ranks > 1 else 8)
+    if workers % ranks:
+        bad("workers", workers, f"a multiple of the number of ranks ({ranks})")
+    for cls in orderers:
+        if cls.centralized_alternatives and workers != 1:
+            bad("orderers", cls.name, f"workers=1 for the centralized {cls.name} (or use "
+                f"{' / '.join(cls.centralized_alternatives)} with {workers} workers)")
+    config = replace(config, workers=workers, backend=backend, orderers=names)
+
+    _registered("coding", SCHEMES, config.coding)
+    if not config.stragglers:
+        if config.coding != "wait-all":
+            raise ConfigError(f"config field 'stragglers': coding {config.coding!r} needs a straggler "
+                              f"model to decide who responds; set stragglers to one of "
+                              f"{STRAGGLER_MODELS.choices()}")
+        return config
+    _registered("stragglers", STRAGGLER_MODELS, config.stragglers, "'' (off), ")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a poorly conditioned code warns again in the run
+        try:
+            scheme_from_config(config, workers, 0)  # takes only workers and coding_s
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"config field 'coding_s': {err}") from None
+    try:
+        comm_and_model(config, workers, 0)
+    except (ValueError, TypeError, OSError) as err:
+        raise ConfigError(f"config field 'straggler_options': {err}") from None
+    return config

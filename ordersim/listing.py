@@ -1,4 +1,5 @@
-"""`python -m ordersim orderers` and `python -m ordersim problems`: what is registered."""
+"""`python -m ordersim orderers` and `python -m ordersim problems`: what is registered (the
+registries of ordersim.registry: built-ins, installed packages' entry points)."""
 
 
 def _print(entries: dict) -> int:
@@ -9,19 +10,15 @@ def _print(entries: dict) -> int:
 
 
 def orderers(argv: list[str]) -> int:
-    from ordersim.orderers import available_orderers
+    from ordersim.orderers import ORDERERS
 
-    return _print(available_orderers())
+    return _print(ORDERERS.descriptions())
 
 
 def problems(argv: list[str]) -> int:
-    from ordersim.data import PACKAGE_SETS, SKLEARN_SETS
-    from ordersim.problems import available_problems
+    from ordersim.data import DATA_SOURCES
+    from ordersim.problems import PROBLEMS
 
-    _print(available_problems())
+    _print(PROBLEMS.descriptions())
     print("\ndata sets (--data SPEC; formats and options: docs/problems.md):")
-    return _print({**{f"sklearn:{name}": "bundled with scikit-learn" for name in SKLEARN_SETS},
-                   **{spec: f"{what} (pip install 'ordersim[datasets]')" for spec, (_, what) in PACKAGE_SETS.items()},
-                   "synthetic:regression|classification?...": "generated from the seed",
-                   "libsvm:PATH": "LIBSVM text, .gz too (data/w8a.gz and data/mushrooms.gz are in the repository)",
-                   "csv:PATH, npz:PATH, hdf5:PATH": "your own files"})
+    return _print({spec: description for cls in DATA_SOURCES.values() for spec, description in cls().examples().items()})

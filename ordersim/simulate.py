@@ -25,73 +25,17 @@ from ordersim.checkpoint import (CheckpointError, StopRequest, checkpoint_path, 
                                  new_run_id, normalized, remove_temporaries)
 from ordersim.checkpoint import save as save_checkpoint
 from ordersim.compile_notice import compile_notice
-from ordersim.config import (BACKENDS, EXCHANGES, PARTITIONS, REMAINDERS, SCHEDULES, Config, ConfigError)
-from ordersim.orderers import available_orderers, make_orderer, orderer_class
-from ordersim.orderers.base import FIRST_ORDERS, SIGNS, TIES, default_walk_c
+from ordersim.config import Config, ConfigError, check_fields  # noqa: F401  (check_fields: the set-up's first step)
+from ordersim.orderers import make_orderer, orderer_class
+from ordersim.orderers.base import default_walk_c
 from ordersim.streams import stream
-from ordersim.stragglers import clock_from_config, config_error as straggler_config_error
+from ordersim.stragglers import clock_from_config
 from ordersim.trace import NoTrace, TraceWriter
 from ordersim.problems import make_problem, problem_class
 
 NO_COEFFICIENTS = np.zeros((1, 1, 1))  # the coefficients of plain (not decoded) updates
 # Bound on the doubles a chunk buffer holds (herding's step sums).
 CHUNK_DOUBLES = 1 << 20
-
-
-def check_fields(config: Config, ranks: int) -> Config:
-    """Checks that need no data; returns the config with workers and backend resolved."""
-    def bad(name, value, allowed):
-        raise ConfigError(f"config field {name!r}: {value!r} is not allowed; allowed: {allowed}")
-
-    for name, allowed in (("backend", BACKENDS), ("exchange", EXCHANGES), ("schedule", SCHEDULES), ("partition", PARTITIONS),
-                          ("remainder", REMAINDERS), ("sign", SIGNS), ("tie", TIES),
-                          ("first_order", FIRST_ORDERS)):
-        if getattr(config, name) not in allowed:
-            bad(name, getattr(config, name), ", ".join(allowed))
-    known = available_orderers()
-    if not config.orderers:
-        bad("orderers", config.orderers, "a non-empty list of " + ", ".join(known))
-    for name in config.orderers:
-        if name not in known:
-            bad("orderers", name, ", ".join(known))
-    if len(set(config.orderers)) != len(config.orderers):
-        bad("orderers", config.orderers, "each orderer once")
-    if not config.seeds or min(config.seeds) < 0 or len(set(config.seeds)) != len(config.seeds):
-        bad("seeds", config.seeds, "a non-empty list of distinct integers >= 0")
-    for name, low in (("epochs", 1), ("batch", 1), ("measure_every", 1), ("trace_every", 0),
-                      ("checkpoint_every", 0),
-                      ("workers", 0), ("lr_step", 1), ("data_seed", 0)):
-        if getattr(config, name) < low:
-            bad(name, getattr(config, name), f"an integer >= {low}")
-    for name, ok, allowed in (
-        ("lr", config.lr > 0 and math.isfinite(config.lr), "a finite number > 0"),
-        ("lr_decay", config.lr_decay > 0 and math.isfinite(config.lr_decay), "a finite number > 0"),
-        ("momentum", 0 <= config.momentum < 1, "0 <= momentum < 1"),
-        ("weight_decay", 0 <= config.weight_decay < math.inf, "a finite number >= 0"),
-        ("test_fraction", 0 <= config.test_fraction < 1, "0 <= test_fraction < 1"),
-        ("alpha", config.alpha > 0 and math.isfinite(config.alpha), "a finite number > 0"),
-        ("walk_c", config.walk_c >= 0 and math.isfinite(config.walk_c), "0 (the theory's value) or > 0"),
-        ("stall_timeout", 0 <= config.stall_timeout < math.inf, "0 (no limit) or a finite number of seconds > 0"),
-    ):
-        if not ok:
-            bad(name, getattr(config, name), allowed)
-
-    backend = config.backend
-    if backend == "auto":
-        backend = "mpi" if ranks > 1 else "serial"
-    if backend == "serial" and ranks > 1:
-        bad("backend", "serial", f"mpi or auto under mpiexec with {ranks} ranks (serial runs in one process)")
-    workers = config.workers or (ranks if ranks > 1 else 8)
-    if workers % ranks:
-        bad("workers", workers, f"a multiple of the number of ranks ({ranks})")
-    for name in config.orderers:
-        if orderer_class(name).centralized_alternatives and workers != 1:
-            bad("orderers", name, f"workers=1 for the centralized {name} (or use "
-                f"{' / '.join(orderer_class(name).centralized_alternatives)} with {workers} workers)")
-    error = straggler_config_error(config, workers)
-    if error:
-        raise ConfigError(error)
-    return replace(config, workers=workers, backend=backend)
 
 
 def default_out_path() -> str:
@@ -281,6 +225,19 @@ def warn_regime(config: Config, backend, regimes: dict) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def run_orderer(config: Config, backend, name: str, n: int, d: int, seed: int) -> tuple:
+    """(orderer, coordinated): the orderer a run of `name` holds on this rank, with the config's
+    options. A coordinated orderer runs for all m workers on every rank (coordinated is then
+    True: it needs every worker's gradients); the others for this rank's own workers."""
+    options = dict(sign=config.sign, tie=config.tie, first_order=config.first_order)
+    # c from N = m n, not from this rank's workers, so the walk is the same on any rank count
+    options["walk_c"] = config.walk_c or default_walk_c(config.workers * n, d)
+    coordinated = orderer_class(name).coordinated and backend.size > 1
+    rows, first = (config.workers, 0) if coordinated else (backend.local_workers, backend.first)
+    orderer = make_orderer(name, rows, n, d, seed, first_worker=first, run_epochs=config.epochs, **options)
+    return orderer, coordinated
+
+
 class Run:
     """One (orderer, seed) run: model, optimizer state, orderer, and the per-rank buffers."""
 
@@ -290,15 +247,7 @@ class Run:
         m, n, d, b = config.workers, setup.n, problem.dim, config.batch
         self.m, self.n, self.d, self.b = m, n, d, b
         self.local = backend.local_workers
-        options = dict(sign=config.sign, tie=config.tie, first_order=config.first_order)
-        # c from N = m n, not from this rank's workers, so the walk is the same on any rank count
-        options["walk_c"] = config.walk_c or default_walk_c(m * n, d)
-        cls = orderer_class(orderer_name)
-        # A coordinated orderer runs for all m workers on every rank; the others for this rank's own.
-        self.coordinated = cls.coordinated and backend.size > 1
-        rows, first = (m, 0) if self.coordinated else (self.local, backend.first)
-        self.orderer = make_orderer(orderer_name, rows, n, d, seed, first_worker=first,
-                                    run_epochs=config.epochs, **options)
+        self.orderer, self.coordinated = run_orderer(config, backend, orderer_name, n, d, seed)
         self.own_rows = slice(backend.first, backend.last) if self.coordinated else slice(None)
         # the model and every buffer of the step loops start on a cache line (ordersim/aligned.py)
         self.x = aligned.on_cache_line(problem.initial_point(stream(seed, "init")))

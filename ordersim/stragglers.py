@@ -21,25 +21,27 @@ of a coding scheme needs all of them). The bursty model adds one deterministic p
 that couples the workers (its window constraint); it too depends only on (seed, workers, step).
 
 Communication (``CommModel``): sending ``nbytes`` takes ``latency + nbytes / bandwidth`` seconds
-(bandwidth in bytes per second; ``bandwidth = inf`` means free transfer). A step of
-``StragglerClock`` costs: broadcast of the model to every worker (one message of ``8·d`` bytes,
+(bandwidth in bytes per second; ``bandwidth = inf`` means free transfer). A step of the
+simulated clock (``EpochClock``) costs: broadcast of the model to every worker (one message of ``8·d`` bytes,
 the same for all), then each worker's compute time plus its upload of one coded vector (``8·d``
 bytes); the server decodes when the responder that completes decoding has arrived. So
 
     step time = comm(8·d) + t_decode,   t_decode = time of that responder's compute + comm(8·d).
 
-Models (``STRAGGLER_MODELS``; parameters in each class docstring): ``constant``, ``shifted-exp``,
-``persistent``, ``bernoulli``, ``bursty``, ``trace``.
+Models (``STRAGGLER_MODELS``, an ordersim.registry: another package adds one through the
+``ordersim.straggler_models`` entry-point group, a user through a path to a .py file; parameters in
+each class docstring): ``constant``, ``shifted-exp``, ``persistent``, ``bernoulli``, ``bursty``,
+``trace``.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
+from ordersim.registry import Registry
 from ordersim.streams import stream
 
 BLOCK = 256  # steps per per-worker random block
@@ -379,17 +381,20 @@ def load_trace(path: str) -> np.ndarray:
     raise ValueError(f"trace: {path!r} is neither .csv nor .npz")
 
 
-STRAGGLER_MODELS: dict[str, type[StragglerModel]] = {
-    cls.name: cls for cls in (Constant, ShiftedExponential, PersistentStragglers, BernoulliStragglers,
-                              BurstyStragglers, TraceReplay)
-}
+def _builtin_models() -> tuple[type[StragglerModel], ...]:
+    return (Constant, ShiftedExponential, PersistentStragglers, BernoulliStragglers, BurstyStragglers,
+            TraceReplay)
+
+
+STRAGGLER_MODELS = Registry("straggler model", "ordersim.straggler_models", _builtin_models,
+                            lambda: StragglerModel)
 
 
 def make_straggler_model(name: str, workers: int, seed: int = 0, **params) -> StragglerModel:
-    if name not in STRAGGLER_MODELS:
-        raise ValueError(f"unknown straggler model {name!r}; known: {', '.join(STRAGGLER_MODELS)}")
+    """A model by registered name (or path to a .py file); ValueError naming what is wrong."""
+    cls = STRAGGLER_MODELS.get_class(name)
     try:
-        return STRAGGLER_MODELS[name](workers, seed, **params)
+        return cls(workers, seed, **params)
     except TypeError as err:  # unknown parameter name
         raise ValueError(f"{name}: {err}") from None
 
@@ -412,51 +417,11 @@ class CommModel:
         return self.latency + (0.0 if math.isinf(self.bandwidth) else nbytes / self.bandwidth)
 
 
-@dataclass
-class StragglerClock:
-    """The virtual clock of one run: draws the workers' times, lets a coding scheme (see
-    ordersim.coding) decide who is waited for, and accumulates simulated time.
-
-    ``advance(step, partition_grads)`` returns the scheme's StepResult and adds
-    ``comm(8 d) + result.time`` to ``now``. ``result.time`` already includes each worker's upload,
-    since the arrival time of worker i is compute_i + comm(8 d)."""
-
-    model: StragglerModel
-    scheme: object  # an ordersim.coding.Scheme
-    dim: int
-    comm: CommModel = field(default_factory=CommModel)
-    now: float = 0.0
-    history: list = field(default_factory=list)  # (step, step_time, load) per advanced step
-
-    def __post_init__(self):
-        if self.model.workers != self.scheme.workers:
-            raise ValueError(f"straggler model has {self.model.workers} workers, scheme "
-                             f"{self.scheme.workers}")
-
-    def arrivals(self, step: int) -> np.ndarray:
-        """Arrival times at the server of every worker's message of step ``step`` (from the
-        moment the workers received the model)."""
-        load = self.scheme.load_at(step)
-        return self.model.times(step, load) + self.comm.time(8 * self.dim)
-
-    def advance(self, step: int, partition_grads: np.ndarray):
-        result = self.scheme.step(partition_grads, self.arrivals(step), step)
-        elapsed = self.comm.time(8 * self.dim) + result.time
-        self.now += elapsed
-        self.history.append((step, elapsed, self.scheme.load_at(step)))
-        return result
-
-
-
-
 # -- the simulator's side (docs/stragglers.md) ------------------------------------------------------
-# Exact schemes decode the full gradient Σ_j g_j: training keeps the plain sum (bit for bit the run
-# without stragglers) and only the clock runs. Decoded schemes change the update itself: the model
-# moves along the scheme's decoded gradient (Run's coded path, engine.apply_coded_update).
-EXACT_SCHEMES = ("wait-all", "gc-fr", "gc-cr")
-DECODED_SCHEMES = ("ignore-stragglers", "pgc-fr", "pgc-cr", "pgc-fr-staggered", "pgc-cr-exact")
-INTEGRATED_SCHEMES = EXACT_SCHEMES + DECODED_SCHEMES
-COMM_OPTIONS = ("latency", "bandwidth")
+# Exact schemes (Scheme.exact) decode the full gradient Σ_j g_j: training keeps the plain sum (bit
+# for bit the run without stragglers) and only the clock runs. The others change the update itself:
+# the model moves along the scheme's decoded gradient (Run's coded path, engine.apply_coded_update).
+COMM_OPTIONS = ("latency", "bandwidth")  # straggler_options that set the CommModel
 
 
 class EpochClock:
@@ -467,7 +432,7 @@ class EpochClock:
 
     def __init__(self, model: StragglerModel, scheme, dim: int, comm: CommModel):
         self.model, self.scheme, self.dim, self.comm = model, scheme, dim, comm
-        self.decoded = scheme.name in DECODED_SCHEMES
+        self.decoded = not scheme.exact
         self.now = 0.0
         self.pending: dict[str, list] = {"step_time": [], "responded": []}
         self.pending_epoch: dict[str, list] = {}
@@ -496,7 +461,7 @@ class EpochClock:
 
     def weights(self, first: int, steps: int) -> np.ndarray:
         """(steps, k, s+1): weights[t, j, age], the weight of partition j's gradient computed
-        ``age`` steps before step first+t in that step's decoded gradient (StepResult.weights)."""
+        ``age`` steps before step first+t in that step's decoded gradient (Scheme.step_weights)."""
         arrival = self.arrivals(first, steps)
         out = np.empty((steps, self.scheme.k, self.scheme.s + 1))
         for t in range(steps):
@@ -576,43 +541,29 @@ class EpochClock:
         return out
 
 
-def clock_from_config(config, workers: int, dim: int, seed: int) -> EpochClock | None:
-    """The run's clock, or None when ``config.stragglers`` is empty. Raises ValueError."""
-    if not config.stragglers:
-        return None
-    from ordersim.coding import make_scheme
-
+def comm_and_model(config, workers: int, seed: int) -> tuple[CommModel, StragglerModel]:
+    """The communication model and the straggler model that ``config.straggler_options`` set;
+    ValueError (TypeError, OSError: a trace file) naming what is wrong."""
     options = dict(config.straggler_options)
     comm = CommModel(**{k: float(options.pop(k)) for k in COMM_OPTIONS if k in options})
-    model = make_straggler_model(config.stragglers, workers, seed, **options)
-    if config.coding not in INTEGRATED_SCHEMES:
-        raise ValueError(f"unknown coding {config.coding!r}; known: {', '.join(INTEGRATED_SCHEMES)}")
-    scheme = make_scheme(config.coding, workers, config.coding_s if config.coding != "wait-all" else 0, seed)
-    return EpochClock(model, scheme, dim, comm)
+    return comm, make_straggler_model(config.stragglers, workers, seed, **options)
 
 
-def config_error(config, workers: int) -> str | None:
-    """The one-line message naming the straggler field at fault, or None (no data needed)."""
-    if config.coding not in INTEGRATED_SCHEMES:
-        return (f"config field 'coding': {config.coding!r} is not allowed; allowed: "
-                f"{', '.join(INTEGRATED_SCHEMES)}")
+def scheme_from_config(config, workers: int, seed: int):
+    """The config's coding scheme (wait-all tolerates no straggler, whatever coding_s says)."""
+    from ordersim.coding import make_scheme
+
+    return make_scheme(config.coding, workers, config.coding_s if config.coding != "wait-all" else 0, seed)
+
+
+def clock_from_config(config, workers: int, dim: int, seed: int) -> EpochClock | None:
+    """The run's clock, or None when ``config.stragglers`` is empty (config.check_fields has
+    checked the fields)."""
     if not config.stragglers:
-        if config.coding != "wait-all":
-            return (f"config field 'stragglers': coding {config.coding!r} needs a straggler model to "
-                    f"decide who responds; set stragglers to one of {', '.join(STRAGGLER_MODELS)}")
         return None
-    if config.stragglers not in STRAGGLER_MODELS:
-        return (f"config field 'stragglers': {config.stragglers!r} is not allowed; allowed: '' (off), "
-                f"{', '.join(STRAGGLER_MODELS)}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            clock_from_config(config, workers, 1, 0)
-        except (ValueError, TypeError, OSError) as err:
-            field_name = "coding_s" if "s must" in str(err) or "(s+1)" in str(err) else "straggler_options"
-            return f"config field {field_name!r}: {err}"
-    return None
+    comm, model = comm_and_model(config, workers, seed)
+    return EpochClock(model, scheme_from_config(config, workers, seed), dim, comm)
 
 
-__all__ = ["BLOCK", "DECODED_SCHEMES", "EXACT_SCHEMES", "INTEGRATED_SCHEMES", "STRAGGLER_MODELS", "CommModel", "EpochClock", "StragglerClock",
-           "StragglerModel", "clock_from_config", "config_error", "load_trace", "make_straggler_model"]
+__all__ = ["BLOCK", "COMM_OPTIONS", "STRAGGLER_MODELS", "CommModel", "EpochClock", "StragglerModel",
+           "clock_from_config", "comm_and_model", "load_trace", "make_straggler_model", "scheme_from_config"]

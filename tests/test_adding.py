@@ -1,6 +1,9 @@
-"""docs/adding.md's worked example runs: the orderer module and its reference, as the page gives
+"""docs/adding.md's worked examples run: the orderer module and its reference, as the page gives
 them, agree; the orderer works inside the serial backend's jitted epoch loop and through a
-checkpoint file and a pickle; and a checkpoint of another state layout is refused."""
+checkpoint file and a pickle; a checkpoint of another state layout is refused. The problem, data
+source, straggler model and coding scheme follow the rules their text states, alone and together
+in one run by path; and the page's entry points, installed as a package, add the orderer and the
+straggler model by name."""
 
 import importlib.util
 import pickle
@@ -117,3 +120,165 @@ def test_a_checkpoint_of_another_state_layout_is_refused(example):
     saved["state"] = expected["state"]  # the same size: only the digest differs
     assert re.fullmatch(r"its state_layout is '[0-9a-f]{16}', this ordersim's '[0-9a-f]{16}' \(the "
                         r"orderer's state has other fields\)", checkpoint.layout_mismatch(saved, expected))
+
+
+# -- the other plug-in kinds: a problem, a data source, a straggler model, a coding scheme --------------
+PLUG_INS = {"problem": "squared_hinge.py", "data source": "checkerboard.py",
+            "straggler model": "slow_worker.py", "coding scheme": "drop_stragglers.py"}
+
+
+@pytest.fixture(scope="module")
+def plug_in_files(tmp_path_factory):
+    """The page's four blocks as the files its text names, in one directory."""
+    folder = tmp_path_factory.mktemp("plug_ins")
+    paths = {}
+    for label, name in PLUG_INS.items():
+        paths[label] = folder / name
+        paths[label].write_text(example_block(label))
+    return {label: str(path) for label, path in paths.items()}
+
+
+def test_problem_example_by_path(plug_in_files):
+    from ordersim.problems import PROBLEMS, make_problem as make
+
+    problem = make(plug_in_files["problem"], 3, 2, lam=0.1)
+    assert problem.name == "squared-hinge" and PROBLEMS.get_class("squared-hinge") is type(problem)
+    assert "squared-hinge" not in PROBLEMS  # found by its name from now on, but not listed
+    rng = np.random.default_rng(3)
+    A, y, x = rng.normal(size=(9, 3)), rng.choice([-1.0, 1.0], 9), rng.normal(size=3)
+    idx = np.arange(9, dtype=np.int64)
+    slack = np.maximum(0.0, 1.0 - y * (A @ x))
+    out = np.empty((9, 3))
+    total = problem.batch_grads(x, A, y, idx, problem.params, out)
+    assert total == pytest.approx(np.sum(0.5 * slack**2 + 0.05 * x @ x), rel=1e-12)
+    np.testing.assert_allclose(out, -(slack * y)[:, None] * A + 0.1 * x, rtol=1e-12)
+    g = np.empty(3)
+    assert problem.full_grad(x, A, y, idx, problem.params, g) == pytest.approx(total / 9, rel=1e-12)
+    np.testing.assert_allclose(g, out.mean(axis=0), rtol=1e-12)
+    assert problem.accuracy(x, A, y, idx, problem.params) == np.mean(y * (A @ x) > 0)
+    v = rng.normal(size=3)
+    step = 1e-6 * v  # the Hessian along v from the gradients, away from a kink
+    grads = [np.empty(3), np.empty(3)]
+    for z, buffer in zip((x - step, x + step), grads):
+        problem.full_grad(z, A, y, idx, problem.params, buffer)
+    np.testing.assert_allclose(problem.hessp(x, v, A, y), (grads[1] - grads[0]) / 2e-6, rtol=1e-5, atol=1e-8)
+
+
+def test_data_source_example_by_path(plug_in_files):
+    from ordersim.data import load_dataset, streamed_source
+
+    spec = f"{plug_in_files['data source']}:300?cells=3"
+    data = load_dataset(spec, standardize=False, intercept=False, seed=4)
+    assert data.X.shape == (300, 2) and data.info["kind"] == plug_in_files["data source"]
+    cell_parity = np.floor(data.X * 3).astype(int).sum(axis=1) % 2
+    np.testing.assert_array_equal(data.y, np.where(cell_parity == 0, 1.0, -1.0))
+    assert data.classes == 2 and not streamed_source(spec)
+    np.testing.assert_array_equal(load_dataset(spec, seed=4).y, load_dataset(spec, seed=4).y)
+    assert not np.array_equal(load_dataset(spec, seed=5).y, data.y)
+    with pytest.raises(ValueError, match=r"unknown option\(s\) size; allowed: cells"):
+        load_dataset(f"{plug_in_files['data source']}:300?size=3")
+
+
+def test_straggler_model_example_by_path(plug_in_files):
+    from ordersim.stragglers import make_straggler_model
+
+    path = plug_in_files["straggler model"]
+    times = make_straggler_model(path, 4, seed=2, slow=1, factor=3.0).times_block(0, 600, load=2)
+    scale = 2 * np.array([1.0, 3.0, 1.0, 1.0])
+    assert np.all((times >= 0.9 * scale) & (times <= 1.1 * scale))
+    assert times.std(axis=0).min() > 0  # jittered
+    wider = make_straggler_model(path, 6, seed=2, slow=1, factor=3.0).times_block(0, 600, load=2)
+    np.testing.assert_array_equal(wider[:, :4], times)  # per-worker streams: any number of workers
+    with pytest.raises(ValueError, match=r"slow must be a worker id in 0\.\.3, got 4"):
+        make_straggler_model(path, 4, slow=4)
+
+
+def test_coding_scheme_example_by_path(plug_in_files):
+    from ordersim.coding import make_scheme as make
+
+    scheme = make(plug_in_files["coding scheme"], 5, 2)
+    arrival = np.array([0.4, 0.1, 0.9, 0.3, 0.7])
+    weights, time, responded = scheme.step_weights(arrival)
+    np.testing.assert_array_equal(weights[:, 0], [1, 1, 0, 1, 0])  # the first n - s, unscaled
+    assert time == 0.4 and responded.tolist() == [True, True, False, True, False]
+    np.testing.assert_array_equal(scheme.step_times(np.stack([arrival, [1.0, 0.2, 0.5, 0.8, 0.3]])), [0.4, 0.5])
+    assert not scheme.exact
+
+
+def test_a_straggler_model_by_path_is_checked_as_a_config_field(plug_in_files):
+    from ordersim.config import ConfigError, build_config, check_fields
+
+    values = dict(stragglers=plug_in_files["straggler model"], workers=4, orderers=["rr"])
+    assert check_fields(build_config(values), 1).stragglers == plug_in_files["straggler model"]
+    with pytest.raises(ConfigError, match=r"^config field 'straggler_options': slow-worker: slow must be a "
+                                          r"worker id in 0\.\.3, got 7$"):
+        check_fields(build_config(dict(values, straggler_options={"slow": 7})), 1)
+
+
+@pytest.fixture
+def installed_plug_in(tmp_path, monkeypatch):
+    """The page's entry points, installed as pip installs a package: the orderer and straggler model
+    blocks as modules of a package, and a *.dist-info with its entry_points.txt beside it, on the
+    path (of this process too; the registries read the entry points afresh)."""
+    import tomllib
+
+    from ordersim.orderers import ORDERERS
+    from ordersim.stragglers import STRAGGLER_MODELS
+
+    site = tmp_path / "site"
+    package = site / "ordersim_example_plugin"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "norm_sort.py").write_text(example_block("orderer"))
+    (package / "slow_worker.py").write_text(example_block("straggler model"))
+    page = (ROOT / "docs/adding.md").read_text()
+    toml = re.search(r"<!-- example: entry points -->\n```toml\n(.*?)```", page, re.S).group(1)
+    groups = tomllib.loads(toml)["project"]["entry-points"]
+    assert set(groups) == {"ordersim.orderers", "ordersim.straggler_models"}
+    info = site / "ordersim_example_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ordersim-example-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("".join(
+        f"[{group}]\n" + "".join(f"{name} = {target}\n" for name, target in points.items()) + "\n"
+        for group, points in groups.items()))
+    registries = (ORDERERS, STRAGGLER_MODELS)
+    monkeypatch.syspath_prepend(str(site))
+    for registry in registries:
+        monkeypatch.setattr(registry, "_entries", None)  # read again, with the package
+    yield site
+    for registry in registries:
+        registry._entries = None  # monkeypatch restores the built-in ones' cache: drop it too
+
+
+def test_an_installed_package_adds_an_orderer_and_a_straggler_model(installed_plug_in, plug_in_files, tmp_path):
+    """The listing and --help of a fresh process name the installed classes; a run uses them by
+    name, with the page's problem, data source and coding scheme by path: the slow worker (four
+    times the others) is never among the first n - s = 3 of 4."""
+    import os
+    import subprocess
+
+    import h5py
+
+    from ordersim.runner import main
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(installed_plug_in), str(ROOT)]))
+
+    def ordersim(*args):
+        result = subprocess.run([sys.executable, "-m", "ordersim", *args], capture_output=True, text=True,
+                                env=env, cwd=tmp_path, timeout=600)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    assert re.search(r"^norm-sort +visit the examples with the largest gradients", ordersim("orderers"), re.M)
+    assert "slow-worker" in " ".join(ordersim("run", "--help").split())
+    out = tmp_path / "plug_ins.h5"
+    assert main(["--orderers", "norm-sort", "--stragglers", "slow-worker", "--straggler-options", '{"slow": 2}',
+                 "--problem", plug_in_files["problem"], "--data", f"{plug_in_files['data source']}:200?cells=2",
+                 "--coding", plug_in_files["coding scheme"], "--coding-s", "1", "--workers", "4",
+                 "--seeds", "0", "--epochs", "2", "--no-herding", "--quiet", "--out", str(out)]) == 0
+    with h5py.File(out, "r") as f:
+        run = f["runs/norm-sort/seed_0"]
+        assert run.attrs["straggler_model"] == "slow-worker" and run.attrs["coding"] == "drop-stragglers"
+        assert run.attrs["status"] == "completed" and run["test_accuracy"][-1] > 0
+        responded = run["stragglers/responded"][()]
+        assert responded.shape[1] == 4 and not responded[:, 2].any() and responded[:, [0, 1, 3]].all()

@@ -20,6 +20,7 @@ from ordersim.coding import make_scheme
 from ordersim.config import ConfigError, build_config
 from ordersim.simulate import Run, check_fields, prepare
 from ordersim.stragglers import CommModel, make_straggler_model
+from reference.coding import Stepper
 
 DECODED = ["ignore-stragglers", *PIPELINED]
 
@@ -29,7 +30,7 @@ DECODED = ["ignore-stragglers", *PIPELINED]
                                                ("pgc-fr-staggered", 6, 2), ("pgc-cr-exact", 5, 2),
                                                ("pgc-cr-exact", 4, 3), ("gc-cr", 5, 2), ("gc-fr", 6, 1)])
 def test_step_weights_without_gradients_match_the_stateful_step(name, workers, s):
-    scheme = make_scheme(name, workers, s, seed=1)
+    scheme = Stepper(make_scheme(name, workers, s, seed=1))
     pure = make_scheme(name, workers, s, seed=1)
     rng = np.random.default_rng(0)
     for t in range(12):
@@ -58,7 +59,7 @@ def reference(setup, order0, x0, coding, s, seed, epochs, lr, momentum):
     m, n, b = config.workers, setup.n, config.batch
     lam = problem.params[0]
     A, y = setup.A, setup.y
-    scheme = make_scheme(coding, m, s, seed)
+    scheme = Stepper(make_scheme(coding, m, s, seed))
     straggler = make_straggler_model("shifted-exp", m, seed, a=0.2, mu=1.5)
     comm = CommModel(latency=0.01).time(8 * problem.dim)
     x, v = x0.copy(), np.zeros_like(x0)

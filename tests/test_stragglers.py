@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from ordersim.coding import make_scheme
-from ordersim.stragglers import (BLOCK, STRAGGLER_MODELS, CommModel, StragglerClock,
-                                 make_straggler_model)
+from ordersim.stragglers import BLOCK, STRAGGLER_MODELS, CommModel, make_straggler_model
 from ordersim.streams import stream
+from reference.coding import StragglerClock
 
 
 def H(n):

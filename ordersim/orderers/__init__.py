@@ -2,48 +2,43 @@
 
 Every public module in this package defines one ``Orderer`` subclass with a ``name``; adding an
 orderer is one file here plus its NumPy reference in ``tests/reference/orderers.py`` and its
-section in docs/algorithms.md (the spec both are written from).
+section in docs/algorithms.md (the spec both are written from). Another package adds one through
+the ``ordersim.orderers`` entry-point group, a user through a path to a .py file (ordersim.registry;
+docs/adding.md).
 
     from ordersim.orderers import make_orderer, available_orderers
     o = make_orderer("cd-grab", workers=4, examples=100, dim=10, seed=0)
 """
 
 import importlib
-import inspect
 import pkgutil
 
-from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
+from ordersim import numba_cache  # noqa: F401  (stamps the cached kernels the modules below define)
 from ordersim.orderers.base import Orderer
+from ordersim.registry import Registry, subclasses_in
 
 OPTIONS = ("first_worker", "sign", "walk_c", "tie", "first_order")
 
-_registry: dict[str, type[Orderer]] = {}
+
+def _builtin_orderers() -> list[type[Orderer]]:
+    """Every public module's orderers, by name."""
+    return sorted((cls for info in pkgutil.iter_modules(__path__)
+                   if not info.name.startswith("_") and info.name != "base"
+                   for cls in subclasses_in(importlib.import_module(f"{__name__}.{info.name}"), Orderer)),
+                  key=lambda cls: cls.name)
 
 
-def _discover() -> dict[str, type[Orderer]]:
-    if not _registry:
-        for info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
-            if info.name.startswith("_") or info.name == "base":
-                continue
-            module = importlib.import_module(f"{__name__}.{info.name}")
-            for _, cls in inspect.getmembers(module, inspect.isclass):
-                if issubclass(cls, Orderer) and cls.__module__ == module.__name__ and cls.name:
-                    if cls.name in _registry:
-                        raise RuntimeError(f"two orderers are named {cls.name!r}")
-                    _registry[cls.name] = cls
-    return _registry
+ORDERERS = Registry("orderer", "ordersim.orderers", _builtin_orderers, lambda: Orderer)
 
 
 def available_orderers() -> dict[str, str]:
     """Every orderer's name and one-line description."""
-    return {name: cls.description for name, cls in sorted(_discover().items())}
+    return ORDERERS.descriptions()
 
 
 def orderer_class(name: str) -> type[Orderer]:
-    registry = _discover()
-    if name not in registry:
-        raise ValueError(f"unknown orderer {name!r}; known orderers: {', '.join(sorted(registry))}")
-    return registry[name]
+    """The class of a registered orderer or of the one a .py file at that path defines."""
+    return ORDERERS.get_class(name)
 
 
 def make_orderer(name: str, workers: int, examples: int, dim: int, seed: int = 0, *,
@@ -62,4 +57,4 @@ def make_orderer(name: str, workers: int, examples: int, dim: int, seed: int = 0
     return cls(workers, examples, dim, seed, **options)
 
 
-__all__ = ["Orderer", "available_orderers", "make_orderer", "orderer_class"]
+__all__ = ["ORDERERS", "Orderer", "available_orderers", "make_orderer", "orderer_class"]

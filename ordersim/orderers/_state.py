@@ -29,9 +29,8 @@ The kernel does all per-example work and is written as a body for the ``observer
 fit (no open epoch, wrong m or d, rows not contiguous, more examples than the epoch has left),
 changing nothing: that check and the count of observed examples are the wrapper's. The kernel is
 called from Python (``observe``) and from the backends' jitted epoch loops. Numba's dispatch
-costs about 50 ns per argument: with the fifteen separate arrays and options the balancing
-kernels used to take, dispatch cost more than the balancing itself when a call carries one
-example. docs/adding.md walks through writing one.
+costs about 50 ns per argument: the balancing kernels' fifteen arrays and options as separate
+arguments would cost more in dispatch than the balancing itself when a call carries one example. docs/adding.md walks through writing one.
 """
 
 import hashlib
