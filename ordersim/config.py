@@ -63,6 +63,11 @@ class Config:
                           default=0.0)
     tie: str = _help("sign of a tie <s,v> = 0: plus (+1) or minus (-1)", default="plus")
     first_order: str = _help("order of the first epoch: random or identity", default="random")
+    orderer_options: dict = _help("options of the balancing orderers as a table, e.g. {projection = "
+                                  "\"sparse\", projection_dim = 64, group = 4}: projection (none, gaussian, "
+                                  "sparse), projection_dim (k; 0 = the Johnson-Lindenstrauss default), group "
+                                  "(r examples balanced as one unit; r divides batch); the orderers that "
+                                  "ignore the gradients ignore them (docs/algorithms.md)", default_factory=dict)
     workers: int = _help("logical workers m (0 = number of MPI ranks, or 8 in a single process); a "
                          "multiple of the number of ranks", default=0)
     epochs: int = _help("training epochs T", default=30)
@@ -130,7 +135,7 @@ FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 
 def _type_name(f) -> str:
-    return {"problem_options": "table", "orderers": "list of names", "seeds": "list of ints"}.get(
+    return {"problem_options": "table", "orderer_options": "table", "orderers": "list of names", "seeds": "list of ints"}.get(
         f.name, f.type.__name__ if isinstance(f.type, type) else str(f.type))
 
 

@@ -27,7 +27,7 @@ from ordersim.checkpoint import save as save_checkpoint
 from ordersim.compile_notice import compile_notice
 from ordersim.config import (BACKENDS, EXCHANGES, PARTITIONS, REMAINDERS, SCHEDULES, Config, ConfigError)
 from ordersim.orderers import available_orderers, make_orderer, orderer_class
-from ordersim.orderers.base import FIRST_ORDERS, SIGNS, TIES, default_walk_c
+from ordersim.orderers.base import FIRST_ORDERS, SIGNS, TIES, balance_options, default_walk_c
 from ordersim.streams import stream
 from ordersim.stragglers import clock_from_config, config_error as straggler_config_error
 from ordersim.trace import NoTrace, TraceWriter
@@ -88,6 +88,10 @@ def check_fields(config: Config, ranks: int) -> Config:
         if orderer_class(name).centralized_alternatives and workers != 1:
             bad("orderers", name, f"workers=1 for the centralized {name} (or use "
                 f"{' / '.join(orderer_class(name).centralized_alternatives)} with {workers} workers)")
+    try:
+        balance_options(config.orderer_options, config.batch)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     error = straggler_config_error(config, workers)
     if error:
         raise ConfigError(error)
@@ -294,6 +298,8 @@ class Run:
         # c from N = m n, not from this rank's workers, so the walk is the same on any rank count
         options["walk_c"] = config.walk_c or default_walk_c(m * n, d)
         cls = orderer_class(orderer_name)
+        if cls.takes_projection_and_group:
+            options.update(balance_options(config.orderer_options, b))
         # A coordinated orderer runs for all m workers on every rank; the others for this rank's own.
         self.coordinated = cls.coordinated and backend.size > 1
         rows, first = (m, 0) if self.coordinated else (self.local, backend.first)

@@ -54,6 +54,27 @@ def check_projection_and_group(name, projection, projection_dim, group, examples
         raise ValueError(f"{name}: group must be {allowed}, got {group!r}")
 
 
+BALANCE_OPTIONS = ("projection", "projection_dim", "group")
+
+
+def balance_options(table: dict, batch: int) -> dict:
+    """The config's ``orderer_options`` table as keyword arguments of the balancing orderers:
+    projection, projection_dim (0: the default k) and group, which must divide the step's
+    ``batch`` (a step's b examples are cut into b/r groups). ValueError names the bad entry."""
+    field = "config field 'orderer_options'"
+    unknown = sorted(set(table) - set(BALANCE_OPTIONS))
+    if unknown:
+        raise ValueError(f"{field}: unknown option(s) {', '.join(map(str, unknown))}; "
+                         f"allowed: {', '.join(BALANCE_OPTIONS)}")
+    options = {"projection": table.get("projection", "none"), "group": table.get("group", 1)}
+    dim = table.get("projection_dim", 0)
+    options["projection_dim"] = None if dim == 0 and not isinstance(dim, bool) else dim
+    check_projection_and_group(field, **options)
+    if batch % options["group"]:
+        raise ValueError(f"{field}: group must divide batch ({batch}), got {options['group']!r}")
+    return options
+
+
 class Orderer:
     name: str = ""
     description: str = ""
