@@ -853,3 +853,57 @@ def test_kernels_run_without_jit():
                             env=env, cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no-jit ok" in result.stdout
+
+
+# -- the simulator's route: TOML, serial = MPI -------------------------------------------------------
+# One projected and one grouped configuration, serial = MPI bitwise (orders included) at 2 and 4 ranks.
+UNIT_RUNS = {
+    "projected": ["--orderers", "d-grab", "cd-grab", "--batch", "2",
+                  "--orderer-options", '{"projection": "sparse", "projection_dim": 8}'],
+    "grouped": ["--orderers", "d-grab-pair", "cd-kh", "--batch", "3",
+                "--orderer-options", '{"group": 3, "projection": "gaussian", "projection_dim": 4}'],
+}
+UNIT_RUN_BASE = ["--epochs", "2", "--workers", "4", "--seeds", "0", "--quiet", "--record-orders"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("config", sorted(UNIT_RUNS))
+def test_projected_and_grouped_runs_match_serial_under_mpi(tmp_path, ranks, config, serial_reference):
+    from conftest import run_mpi
+    from test_simulator import assert_bitwise_equal, contents
+
+    args = [*UNIT_RUN_BASE, *UNIT_RUNS[config]]
+    path = tmp_path / f"mpi{ranks}.h5"
+    result = run_mpi(ranks, ["-m", "ordersim", *args, "--backend", "mpi", "--out", str(path)])
+    assert result.returncode == 0, result.stderr
+    assert_bitwise_equal(contents(serial_reference(args)), contents(path))
+
+
+def test_orderer_options_from_toml_reach_the_orderers(tmp_path, serial_reference):
+    """[orderer_options] in a TOML config is the --orderer-options flag: the same trace, whose
+    groups move as units; a group that does not divide batch exits 2 with one line."""
+    import h5py
+    from test_simulator import assert_bitwise_equal, contents, run_serial
+
+    config = tmp_path / "grouped.toml"
+    config.write_text('orderers = ["d-grab-pair", "cd-kh"]\nbatch = 3\n\n[orderer_options]\n'
+                      'group = 3\nprojection = "gaussian"\nprojection_dim = 4\n')
+    path = tmp_path / "toml.h5"
+    result = run_serial(["run", str(config), *UNIT_RUN_BASE, "--out", str(path)])
+    assert result.returncode == 0, result.stderr
+    flags = serial_reference([*UNIT_RUN_BASE, *UNIT_RUNS["grouped"]])
+    assert_bitwise_equal(contents(flags), contents(path))
+    with h5py.File(path, "r") as f:
+        orders = f["runs/cd-kh/seed_0/orders"][()]
+        assert '"group": 3' in f.attrs["config"]
+    # groups of 3 move as units: the rows of epochs 1 and 2 are made of epoch 0's triples
+    n = orders.shape[2] // 3 * 3
+    for row in range(orders.shape[1]):
+        triples = set(map(tuple, orders[0, row, :n].reshape(-1, 3)))
+        assert set(map(tuple, orders[2, row, :n].reshape(-1, 3))) == triples
+    config.write_text('orderers = ["cd-grab"]\nbatch = 3\n\n[orderer_options]\ngroup = 2\n')
+    result = run_serial(["run", str(config), *UNIT_RUN_BASE, "--out", str(tmp_path / "bad.h5")])
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "ordersim: error: config field 'orderer_options': group must divide batch (3), got 2")
