@@ -97,11 +97,14 @@ def run_buffer_bytes(config, setup, name: str) -> int:
     cls = orderer_class(name)
     coordinated = cls.coordinated and backend.size > 1  # every rank runs it for all m workers
     rows, first = (m, 0) if coordinated else (local, backend.first)
+    from ordersim.orderers.base import balance_options
+
+    options = balance_options(config.orderer_options, b) if cls.takes_projection_and_group else {}
     orderer = make_orderer(name, rows, n, d, 0, first_worker=first, sign=config.sign, tie=config.tie,
                            first_order=config.first_order, walk_c=config.walk_c or None,
-                           run_epochs=config.epochs)
-    if backend.size == 1:
-        store = (engine.PAIR_DIFFERENCES if cls.pair_difference_kernel is not None
+                           run_epochs=config.epochs, **options)
+    if backend.size == 1:  # (a grouped pair walk has no pair-difference kernel: the instance's)
+        store = (engine.PAIR_DIFFERENCES if orderer.pair_difference_kernel is not None
                  else engine.GRADIENTS if cls.needs_gradients else engine.NO_GRADIENTS)
         steps = m * engine.chunk_rows(store, m, n, b, d) * d if store != engine.NO_GRADIENTS else 0
     else:
