@@ -837,8 +837,9 @@ NO_JIT_SCRIPT = textwrap.dedent("""
             want = REFERENCES[name](m, n, 37, 1, grads, **options)
             got = drive(make_orderer(name, m, n, 37, seed=1, **options), grads, b)
             assert all(np.array_equal(g, w) for g, w in zip(got, want)), (name, n, b, options)
-            if orderer_class(name).pair_difference_kernel:  # and through pair differences
-                got = drive_pair_differences(make_orderer(name, m, n, 37, seed=1, **options), grads, b)
+            orderer = make_orderer(name, m, n, 37, seed=1, **options)
+            if orderer.pair_difference_kernel:  # and through pair differences (not a grouped pair walk's)
+                got = drive_pair_differences(orderer, grads, b)
                 assert all(np.array_equal(g, w) for g, w in zip(got, want)), (name, n, b, options)
                 checked.append(name)
     assert checked.count("cd-grab") == 4, checked  # a grouped pair walk has no pair-difference kernel
