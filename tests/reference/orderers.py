@@ -8,6 +8,9 @@ Every reference has the signature
     reference(m, n, d, seed, grads_per_epoch, *, first_worker=0, sign="deterministic",
               walk_c=None, tie="plus", first_order="random", stats=None) -> list[np.ndarray]
 
+and the balancing ones (``with_units``) also take projection, projection_dim and group
+(docs/algorithms.md, "Random projection before balancing", "Grouped balancing").
+
 ``grads_per_epoch[e]`` is a float64 array (m, n, d) indexed by LOCAL EXAMPLE ID: the gradient of
 worker i's example j in epoch e is ``grads_per_epoch[e][i, j]``, whatever the order (the orderers
 that ignore gradients only use ``len(grads_per_epoch)`` and accept ``None`` entries). The result
@@ -22,6 +25,7 @@ and <s, v> is summed in sixteen lanes (``lane_dot``), so the references take the
 sign decisions as any implementation that does the same, exact ties included.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -545,6 +549,7 @@ def with_units(reference, pairs=False, coordinated=False):
     (identity first order: the units are numbered by their first positions), on their projected
     gradients (mean balance) or with v = Pi (a - b) for a pair (pairs), and its unit orders are
     expanded. walk_c stays the orderer's default for the run's m n examples and d."""
+    @functools.wraps(reference)  # its name: the spec names the reference
     def run(m, n, d, seed, grads_per_epoch, stats=None, projection="none", projection_dim=None, group=1,
             **options):
         if projection == "none" and group == 1:
