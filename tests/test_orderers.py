@@ -403,6 +403,22 @@ def test_projected_and_grouped_orderer_survives_a_pickle_mid_epoch(name):
     assert_same_orders(got, want, f"{name} pickled mid-epoch")
 
 
+def test_projected_and_grouped_orderer_resumes_from_a_checkpoint_file(tmp_path):
+    """A real checkpoint file (arrays, numbers and strings only) keeps Pi and the units' state."""
+    from ordersim import checkpoint
+
+    m, n, d, b = 3, 12, 9, 3
+    options = {"projection": "gaussian", "projection_dim": 4, "group": 3, "sign": "walk", "walk_c": 1.0}
+    grads = gradients(m, n, d, seed=5)
+    first = make_orderer("cd-grab", m, n, d, seed=2, **options)
+    drive(first, grads[:2], b)
+    path = str(tmp_path / "o.ckpt")
+    checkpoint.save(path, {"position": 0, "run_states": [{"orderer": first.checkpoint_state()}]})
+    restored = make_orderer("cd-grab", m, n, d, seed=2, **options)
+    restored.restore_state(checkpoint.load(path)["run_states"][0]["orderer"])
+    assert_same_orders(drive(restored, grads[2:], b), drive(first, grads[2:], b), "cd-grab restored")
+
+
 @pytest.mark.parametrize("name", ORDERERS)
 def test_projection_and_group_options_are_checked(name):
     """One-line errors naming the option and what is allowed; orderers that read the gradients
