@@ -840,7 +840,7 @@ NO_JIT_SCRIPT = textwrap.dedent("""
                     ("sbw", 1), ("kh-sgd", 1), ("cd-kh", 3), ("recursive-pair", 2)):
         for n, b, options in ((7, 2, {}), (6, 1, {"sign": "walk", "walk_c": 1.0, "tie": "minus"}),
                               (13, 3, {"block": 4, "b_max": 0.5, "epochs": 7}),
-                              (9, 3, {"projection": "sparse", "projection_dim": 5, "group": 3}),
+                              (9, 3, {"projection": "sparse", "projection_dim": 5, "group": 3}), (10, 4, {"group": 2}),
                               (8, 2, {"projection": "gaussian", "projection_dim": 4, "sign": "walk", "walk_c": 2.0})):
             balancing = orderer_class(name).takes_projection_and_group
             options = {key: value for key, value in options.items()

@@ -12,6 +12,9 @@ The epoch's balancing discrepancy, max over steps of ||s||_inf, is kept as ``pea
 running-sum row, the largest ||s||_inf so far, which the vector update of s returns at no extra
 pass over s (``_vector.py``).
 
+With the options group or projection, the unit kernels (below) balance the units instead: a
+group's mean gradient or a single gradient, projected by Pi (``_projection.py``).
+
 The kernels record each sign (``signs``: 1 for +1, per example or per pair) and the next order is
 built from them when the epoch ends (``place_by_signs``): placing every example as it came meant
 reading the order and writing the next one in 24 interleaved streams (m = 8) inside the walk,
