@@ -95,6 +95,11 @@ class Config:
                           default=0.0)
     tie: str = _help("sign of a tie <s,v> = 0: plus (+1) or minus (-1)", default="plus")
     first_order: str = _help("order of the first epoch: random or identity", default="random")
+    orderer_options: dict = _help("options of the balancing orderers as a table, e.g. {projection = "
+                                  "\"sparse\", projection_dim = 64, group = 4}: projection (none, gaussian, "
+                                  "sparse), projection_dim (k; 0 = the Johnson-Lindenstrauss default), group "
+                                  "(r examples balanced as one unit; r divides batch); the orderers that "
+                                  "ignore the gradients ignore them (docs/algorithms.md)", default_factory=dict)
     workers: int = _help("logical workers m (0 = number of MPI ranks, or 8 in a single process); a "
                          "multiple of the number of ranks", default=0)
     epochs: int = _help("training epochs T", default=30)
@@ -161,7 +166,7 @@ FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 
 def _type_name(f) -> str:
-    return {"problem_options": "table", "orderers": "list of names", "seeds": "list of ints"}.get(
+    return {"problem_options": "table", "orderer_options": "table", "orderers": "list of names", "seeds": "list of ints"}.get(
         f.name, f.type.__name__ if isinstance(f.type, type) else str(f.type))
 
 
@@ -298,7 +303,7 @@ def check_fields(config: Config, ranks: int) -> Config:
     orderer given by path replaced by its name (the name the trace files it under)."""
     from ordersim.coding import SCHEMES
     from ordersim.orderers import ORDERERS
-    from ordersim.orderers.base import FIRST_ORDERS, SIGNS, TIES
+    from ordersim.orderers.base import FIRST_ORDERS, SIGNS, TIES, balance_options
     from ordersim.stragglers import STRAGGLER_MODELS, comm_and_model, scheme_from_config
 
     def bad(name, value, allowed):
@@ -347,6 +352,10 @@ def check_fields(config: Config, ranks: int) -> Config:
             bad("orderers", cls.name, f"workers=1 for the centralized {cls.name} (or use "
                 f"{' / '.join(cls.centralized_alternatives)} with {workers} workers)")
     config = replace(config, workers=workers, backend=backend, orderers=names)
+    try:
+        balance_options(config.orderer_options, config.batch)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
     _registered("coding", SCHEMES, config.coding)
     if not config.stragglers:

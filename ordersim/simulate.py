@@ -27,7 +27,7 @@ from ordersim.checkpoint import save as save_checkpoint
 from ordersim.compile_notice import compile_notice
 from ordersim.config import Config, ConfigError, check_fields  # noqa: F401  (check_fields: the set-up's first step)
 from ordersim.orderers import make_orderer, orderer_class
-from ordersim.orderers.base import default_walk_c
+from ordersim.orderers.base import balance_options, default_walk_c
 from ordersim.streams import stream
 from ordersim.stragglers import clock_from_config
 from ordersim.trace import NoTrace, TraceWriter
@@ -232,7 +232,10 @@ def run_orderer(config: Config, backend, name: str, n: int, d: int, seed: int) -
     options = dict(sign=config.sign, tie=config.tie, first_order=config.first_order)
     # c from N = m n, not from this rank's workers, so the walk is the same on any rank count
     options["walk_c"] = config.walk_c or default_walk_c(config.workers * n, d)
-    coordinated = orderer_class(name).coordinated and backend.size > 1
+    cls = orderer_class(name)
+    if cls.takes_projection_and_group:
+        options.update(balance_options(config.orderer_options, config.batch))
+    coordinated = cls.coordinated and backend.size > 1
     rows, first = (config.workers, 0) if coordinated else (backend.local_workers, backend.first)
     orderer = make_orderer(name, rows, n, d, seed, first_worker=first, run_epochs=config.epochs, **options)
     return orderer, coordinated

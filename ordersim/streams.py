@@ -15,6 +15,7 @@ PURPOSES = {
     "init": 3,  # model initialisation
     "vectors": 4,  # random vectors of the herding experiment
     "straggler": 5,  # simulated compute times
+    "projection": 6,  # the balancing orderers' random projection (drawn once per run)
 }
 
 

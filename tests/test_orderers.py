@@ -280,6 +280,199 @@ def test_matches_reference(name, shape, options, kind):
                 assert np.isclose(g["discrepancy"], w["discrepancy"], rtol=1e-12, atol=0), f"epoch {epoch}"
 
 
+# -- random projection and grouped balancing ------------------------------------------------------
+UNIT_ORDERERS = [name for name in ORDERERS if orderer_class(name).takes_projection_and_group]
+UNIT_SHAPES = [(1, 12, 3, 5), (2, 9, 4, 2), (3, 13, 64, 13), (8, 11, 2, 4), (3, 10, 37, 2)]
+# "b" stands for the shape's b: r = b orders whole minibatches
+UNIT_OPTION_SETS = {
+    "sparse-k5": {"projection": "sparse", "projection_dim": 5},
+    "gaussian-k7-walk": {"projection": "gaussian", "projection_dim": 7, "sign": "walk", "walk_c": 2.0, "seed": 3},
+    "gaussian-default-k": {"projection": "gaussian"},
+    "group-2": {"group": 2},
+    "group-b-minus-identity": {"group": "b", "tie": "minus", "first_order": "identity"},
+    "group-3-sparse-walk-first-worker": {"group": 3, "projection": "sparse", "sign": "walk", "walk_c": 0.5,
+                                         "first_worker": 2, "seed": 5},
+}
+
+
+def _unit_cases():
+    for name, shape, (label, options) in itertools.product(UNIT_ORDERERS, UNIT_SHAPES, UNIT_OPTION_SETS.items()):
+        m, n, d, b = shape
+        if (is_centralized(name) and m > 1) or (d > 64 and options.get("projection_dim") is None
+                                                and options.get("projection")):
+            continue  # the default k at d = 512 is 512: a slow reference, nothing new
+        kinds = ["normal"] + (["int"] if "projection" not in options and d <= 8 else [])
+        for kind in kinds:
+            yield pytest.param(name, shape, options, kind, id=f"{name}-m{m}n{n}d{d}b{b}-{label}-{kind}")
+
+
+@pytest.mark.parametrize("name,shape,options,kind", list(_unit_cases()))
+def test_projection_and_group_match_reference(name, shape, options, kind):
+    """Projected and grouped balancing equal the reference (tests/reference/orderers.py,
+    with_units): orders, walk failures and discrepancies, through both kernels where the orderer
+    has the pair-difference one (a grouped pair walk has none)."""
+    m, n, d, b = shape
+    options = required_options(name, {**options, "group": b} if options.get("group") == "b" else options)
+    seed = options.pop("seed", 0)
+    grads = gradients(m, n, d, seed, kind=kind)
+    want_stats = []
+    want = REFERENCES[name](m, n, d, seed, grads, stats=want_stats, **options)
+    runs = [("gradients", lambda o, stats: drive(o, grads, b, stats=stats))]
+    if make_orderer(name, m, n, d, seed=seed, **options).pair_difference_kernel is not None:
+        runs.append(("pair differences", lambda o, stats: drive_pair_differences(o, grads, b, stats=stats)))
+    elif orderer_class(name).pair_difference_kernel is not None:
+        assert options.get("group", 1) > 1, "only a grouped pair walk goes without pair differences"
+    for label, run in runs:
+        stats = []
+        got = run(make_orderer(name, m, n, d, seed=seed, **options), stats)
+        assert_same_orders(got, want, f"{name} by {label} m={m} n={n} d={d} b={b} {options} {kind}")
+        assert_valid_orders(name, got, n)
+        for epoch, (g, w) in enumerate(zip(stats, want_stats)):
+            assert np.array_equal(g["walk_failures"], w["walk_failures"]), f"{label} epoch {epoch}: walk failures"
+            assert np.isclose(g["discrepancy"], w["discrepancy"], rtol=1e-12, atol=0), f"{label} epoch {epoch}"
+
+
+@pytest.mark.parametrize("name", UNIT_ORDERERS)
+def test_projection_and_group_change_the_orders(name):
+    """Each option changes what is balanced (else the suite above could pass on orders that
+    ignore it), and groups move as units: within a group the examples keep their relative order."""
+    m = 1 if is_centralized(name) else 2
+    n, d, r = 16, 12, 4
+    grads = gradients(m, n, d, seed=6)
+    # sbw's c is ~300 ||v||: its signs are nearly coin flips unless b_max is small
+    own = {"b_max": 1e-3} if name == "sbw" else {}
+    plain = drive(make_orderer(name, m, n, d, seed=1, **own), grads, 4)
+    for options in ({"projection": "sparse", "projection_dim": 3}, {"projection": "gaussian", "projection_dim": 2},
+                    {"group": r}):
+        orders = drive(make_orderer(name, m, n, d, seed=1, **own, **options), grads, 4)
+        assert any(not np.array_equal(a, b) for a, b in zip(orders[1:], plain[1:])), f"{name} ignores {options}"
+    orders = drive(make_orderer(name, m, n, d, seed=1, group=r), grads, 4)
+    groups = [set(map(tuple, orders[0][i].reshape(-1, r))) for i in range(m)]
+    for order in orders[1:]:
+        assert [set(map(tuple, order[i].reshape(-1, r))) for i in range(m)] == groups, f"{name}: a group split"
+
+
+def test_default_projection_dim_is_the_johnson_lindenstrauss_bound():
+    """k by default: scikit-learn's bound at eps = 0.1 for the vectors one running sum balances
+    per epoch (n // r per worker, all workers' for a shared sum), capped at d."""
+    from sklearn.random_projection import johnson_lindenstrauss_min_dim
+
+    for name, m, n, group, d in (("d-grab", 2, 6, 1, 2000), ("cd-grab", 2, 4, 2, 1500), ("grab", 1, 30, 1, 64)):
+        o = make_orderer(name, m, n, d, projection="sparse", group=group)
+        points = n // group * (m if name == "cd-grab" else 1)
+        assert o.projection_dim == min(d, int(johnson_lindenstrauss_min_dim(points, eps=0.1))), name
+    assert make_orderer("grab", 1, 30, 64, projection="sparse").projection_dim == 64, "capped at d"
+
+
+def test_projection_is_drawn_once_for_every_worker_and_rank():
+    """Pi comes from (seed, "projection") only: workers 2..3 built on their own get rows 2..3 of
+    the m = 4 orderer under a projection and groups too, and Pi does not depend on first_worker."""
+    n, d, b = 12, 10, 3
+    grads = gradients(4, n, d, seed=4)
+    for name in ("d-grab", "d-grab-pair"):
+        for options in ({"projection": "gaussian", "projection_dim": 4},
+                        {"projection": "sparse", "projection_dim": 6, "group": 3, "sign": "walk", "walk_c": 2.0}):
+            full = drive(make_orderer(name, 4, n, d, seed=8, **options), grads, b)
+            part = drive(make_orderer(name, 2, n, d, seed=8, first_worker=2, **options), [g[2:4] for g in grads], b)
+            assert_same_orders(part, [order[2:4] for order in full], f"{name} {options} workers 2..3")
+    a, c = (make_orderer("d-grab", m, n, d, seed=8, first_worker=w, projection="gaussian", projection_dim=4)
+            for m, w in ((1, 0), (3, 5)))
+    assert np.array_equal(a.dense_projection, c.dense_projection)
+
+
+@pytest.mark.parametrize("name", ["d-grab", "cd-grab", "cd-kh"])
+def test_projected_and_grouped_orderer_survives_a_pickle_mid_epoch(name):
+    """The unit kernels are bound again after a round trip (a checkpoint keeps no functions)."""
+    m, n, d, b = 3, 12, 9, 3
+    options = required_options(name, {"projection": "sparse", "projection_dim": 4, "group": 3})
+    grads = gradients(m, n, d, seed=2)
+    want = drive(make_orderer(name, m, n, d, seed=1, **options), grads, b)
+    o = make_orderer(name, m, n, d, seed=1, **options)
+    assert "kernel" not in o.checkpoint_state() and "pair_difference_kernel" not in o.checkpoint_state()
+    got = []
+    for g in grads:
+        order = o.begin_epoch()
+        got.append(order)
+        for start in range(0, n, b):
+            o.observe(np.ascontiguousarray(np.take_along_axis(g, order[:, start:start + b, None], axis=1)))
+            if start == b:
+                o = pickle.loads(pickle.dumps(o))
+        o.end_epoch()
+    got.append(o.order.copy())
+    assert_same_orders(got, want, f"{name} pickled mid-epoch")
+
+
+def test_projected_and_grouped_orderer_resumes_from_a_checkpoint_file(tmp_path):
+    """A real checkpoint file (arrays, numbers and strings only) keeps Pi and the units' state."""
+    from ordersim import checkpoint
+
+    m, n, d, b = 3, 12, 9, 3
+    options = {"projection": "gaussian", "projection_dim": 4, "group": 3, "sign": "walk", "walk_c": 1.0}
+    grads = gradients(m, n, d, seed=5)
+    first = make_orderer("cd-grab", m, n, d, seed=2, **options)
+    drive(first, grads[:2], b)
+    path = str(tmp_path / "o.ckpt")
+    checkpoint.save(path, {"position": 0, "run_states": [{"orderer": first.checkpoint_state()}]})
+    restored = make_orderer("cd-grab", m, n, d, seed=2, **options)
+    restored.restore_state(checkpoint.load(path)["run_states"][0]["orderer"])
+    assert_same_orders(drive(restored, grads[2:], b), drive(first, grads[2:], b), "cd-grab restored")
+
+
+@pytest.mark.parametrize("name", ORDERERS)
+def test_projection_and_group_options_are_checked(name):
+    """One-line errors naming the option and what is allowed; orderers that read the gradients
+    but do not balance (greedy, recursive-pair) refuse the options, the others ignore them."""
+    base = required_options(name, {"workers": 1, "examples": 4, "dim": 2})
+    for options, message in (({"projection": "dense"}, r"projection must be one of .*got 'dense'"),
+                             ({"projection": "sparse", "projection_dim": 0}, r"projection_dim must be an integer >= 1"),
+                             ({"projection_dim": 3}, r"projection_dim needs projection"),
+                             ({"group": 0}, r"group must be an integer in 1\.\.4 .*got 0"),
+                             ({"group": 5}, r"group must be an integer in 1\.\.4 .*got 5"),
+                             ({"group": 1.5}, r"group must be an integer")):
+        with pytest.raises(ValueError, match=message):
+            make_orderer(name, **base, **options)
+    cls = orderer_class(name)
+    if cls.needs_gradients and not cls.takes_projection_and_group:
+        with pytest.raises(ValueError, match=r"projection and group are options of the balancing orderers"):
+            make_orderer(name, **base, group=2)
+    else:
+        make_orderer(name, **base, projection="sparse", group=2)
+
+
+def test_balance_options_of_the_config():
+    from ordersim.orderers.base import balance_options
+
+    assert balance_options({}, 4) == {"projection": "none", "projection_dim": None, "group": 1}
+    assert balance_options({"projection": "sparse", "projection_dim": 0, "group": 4}, 8) == {
+        "projection": "sparse", "projection_dim": None, "group": 4}
+    for table, message in (({"group": 3}, r"'orderer_options': group must divide batch \(4\), got 3"),
+                           ({"colour": 1}, r"unknown option\(s\) colour; allowed: projection"),
+                           ({"projection": "x"}, r"'orderer_options': projection must be one of")):
+        with pytest.raises(ValueError, match=message):
+            balance_options(table, 4)
+
+
+@pytest.mark.parametrize("name", UNIT_ORDERERS)
+def test_projected_state_is_small(name):
+    """Under a projection the state is O(m k + m n) plus Pi (its non-zeros for the sparse one),
+    plus a pair walk's pending first gradient (m d): no d-wide running sums or means."""
+    m = 1 if is_centralized(name) else 4
+    n, d, k = 1000, 2000, 16
+    batch = np.random.default_rng(0).standard_normal((m, 100, d))
+    for projection in ("sparse", "gaussian"):
+        o = make_orderer(name, m, n, d, **required_options(name, {"projection": projection, "projection_dim": k}))
+        o.begin_epoch()
+        for start in range(0, n, 100):
+            o.observe(batch[:, : min(100, n - start)])
+        o.end_epoch()
+        matrix = o.dense_projection.nbytes + o.sparse_columns.nbytes + o.sparse_bounds.nbytes
+        # (_held_bytes counts the state buffer and its views of the fields: Pi twice)
+        bound = 16 * (m * k + m * n) * 8 + 2 * (matrix + (m * d * 8 if o.pair_walk else 0))
+        assert o.running_sum.shape[1] == k
+        assert _held_bytes(o) <= bound, f"{name} {projection}: {_held_bytes(o)} bytes held > {bound}"
+    assert o.sparse_columns.size == 0 and o.dense_projection.shape == (k, d)
+
+
 @pytest.mark.parametrize("name", ORDERERS)
 def test_orders_are_permutations_every_epoch(name):
     m = 1 if is_centralized(name) else 3
@@ -646,19 +839,25 @@ NO_JIT_SCRIPT = textwrap.dedent("""
     for name, m in (("cd-grab", 3), ("d-grab", 2), ("greedy", 2), ("pair-grab", 1), ("d-grab-pair", 2),
                     ("sbw", 1), ("kh-sgd", 1), ("cd-kh", 3), ("recursive-pair", 2)):
         for n, b, options in ((7, 2, {}), (6, 1, {"sign": "walk", "walk_c": 1.0, "tie": "minus"}),
-                              (13, 3, {"block": 4, "b_max": 0.5, "epochs": 7})):
+                              (13, 3, {"block": 4, "b_max": 0.5, "epochs": 7}),
+                              (9, 3, {"projection": "sparse", "projection_dim": 5, "group": 3}), (10, 4, {"group": 2}),
+                              (8, 2, {"projection": "gaussian", "projection_dim": 4, "sign": "walk", "walk_c": 2.0})):
+            balancing = orderer_class(name).takes_projection_and_group
             options = {key: value for key, value in options.items()
-                       if key not in ("block", "b_max", "epochs") or key in orderer_class(name).extra_options}
+                       if (key not in ("block", "b_max", "epochs", "projection", "projection_dim", "group"))
+                       or key in orderer_class(name).extra_options
+                       or (balancing and key in ("projection", "projection_dim", "group"))}
             options = required_options(name, options)
             grads = [rng.standard_normal((m, n, 37)) for _ in range(3)]  # 16-lane blocks and a tail
             want = REFERENCES[name](m, n, 37, 1, grads, **options)
             got = drive(make_orderer(name, m, n, 37, seed=1, **options), grads, b)
             assert all(np.array_equal(g, w) for g, w in zip(got, want)), (name, n, b, options)
-            if orderer_class(name).pair_difference_kernel:  # and through pair differences
-                got = drive_pair_differences(make_orderer(name, m, n, 37, seed=1, **options), grads, b)
+            orderer = make_orderer(name, m, n, 37, seed=1, **options)
+            if orderer.pair_difference_kernel:  # and through pair differences (not a grouped pair walk's)
+                got = drive_pair_differences(orderer, grads, b)
                 assert all(np.array_equal(g, w) for g, w in zip(got, want)), (name, n, b, options)
                 checked.append(name)
-    assert checked.count("cd-grab") == 3, checked
+    assert checked.count("cd-grab") == 4, checked  # a grouped pair walk has no pair-difference kernel
     print("no-jit ok")
 """)
 
@@ -670,3 +869,58 @@ def test_kernels_run_without_jit():
                             env=env, cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no-jit ok" in result.stdout
+
+
+# -- the simulator's route: TOML, serial = MPI -------------------------------------------------------
+# One projected and one grouped configuration, serial = MPI bitwise (orders included) at 2 and 4 ranks.
+UNIT_RUNS = {
+    "projected": ["--orderers", "d-grab", "cd-grab", "--batch", "2",
+                  "--orderer-options", '{"projection": "sparse", "projection_dim": 8}'],
+    "grouped": ["--orderers", "d-grab-pair", "cd-kh", "--batch", "3",
+                "--orderer-options", '{"group": 3, "projection": "gaussian", "projection_dim": 4}'],
+}
+UNIT_RUN_BASE = ["--epochs", "2", "--workers", "4", "--seeds", "0", "--quiet", "--record-orders"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("config", sorted(UNIT_RUNS))
+def test_projected_and_grouped_runs_match_serial_under_mpi(tmp_path, ranks, config, serial_reference):
+    from conftest import run_mpi
+    from test_simulator import assert_bitwise_equal, contents
+
+    args = [*UNIT_RUN_BASE, *UNIT_RUNS[config]]
+    path = tmp_path / f"mpi{ranks}.h5"
+    # generous: a cold Numba cache compiles the MPI epoch loop and the unit kernels first
+    result = run_mpi(ranks, ["-m", "ordersim", *args, "--backend", "mpi", "--out", str(path)], timeout=900)
+    assert result.returncode == 0, result.stderr
+    assert_bitwise_equal(contents(serial_reference(args)), contents(path))
+
+
+def test_orderer_options_from_toml_reach_the_orderers(tmp_path, serial_reference):
+    """[orderer_options] in a TOML config is the --orderer-options flag: the same trace, whose
+    groups move as units; a group that does not divide batch exits 2 with one line."""
+    import h5py
+    from test_simulator import assert_bitwise_equal, contents, run_serial
+
+    config = tmp_path / "grouped.toml"
+    config.write_text('orderers = ["d-grab-pair", "cd-kh"]\nbatch = 3\n\n[orderer_options]\n'
+                      'group = 3\nprojection = "gaussian"\nprojection_dim = 4\n')
+    path = tmp_path / "toml.h5"
+    result = run_serial(["run", str(config), *UNIT_RUN_BASE, "--out", str(path)])
+    assert result.returncode == 0, result.stderr
+    flags = serial_reference([*UNIT_RUN_BASE, *UNIT_RUNS["grouped"]])
+    assert_bitwise_equal(contents(flags), contents(path))
+    with h5py.File(path, "r") as f:
+        orders = f["runs/cd-kh/seed_0/orders"][()]
+        assert '"group": 3' in f.attrs["config"]
+    # groups of 3 move as units: the rows of epochs 1 and 2 are made of epoch 0's triples
+    n = orders.shape[2] // 3 * 3
+    for row in range(orders.shape[1]):
+        triples = set(map(tuple, orders[0, row, :n].reshape(-1, 3)))
+        assert set(map(tuple, orders[2, row, :n].reshape(-1, 3))) == triples
+    config.write_text('orderers = ["cd-grab"]\nbatch = 3\n\n[orderer_options]\ngroup = 2\n')
+    result = run_serial(["run", str(config), *UNIT_RUN_BASE, "--out", str(tmp_path / "bad.h5")])
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "ordersim: error: config field 'orderer_options': group must divide batch (3), got 2")

@@ -17,7 +17,7 @@ from ordersim import numba_cache  # noqa: F401  (stamps the cached kernels the m
 from ordersim.orderers.base import Orderer
 from ordersim.registry import Registry, subclasses_in
 
-OPTIONS = ("first_worker", "sign", "walk_c", "tie", "first_order")
+OPTIONS = ("first_worker", "sign", "walk_c", "tie", "first_order", "projection", "projection_dim", "group")
 
 
 def _builtin_orderers() -> list[type[Orderer]]:
@@ -43,7 +43,8 @@ def orderer_class(name: str) -> type[Orderer]:
 
 def make_orderer(name: str, workers: int, examples: int, dim: int, seed: int = 0, *,
                  run_epochs: int | None = None, **options) -> Orderer:
-    """A fresh orderer; options: first_worker, sign, walk_c, tie, first_order (see Orderer), and
+    """A fresh orderer; options: first_worker, sign, walk_c, tie, first_order, projection,
+    projection_dim, group (see Orderer), and
     the orderer's own ``extra_options`` (sbw's epochs, ...). ``run_epochs``, the run's number of
     epochs, is passed as ``epochs`` to the orderers whose rule needs it and ignored by the others,
     so a caller running every orderer need not know which do."""

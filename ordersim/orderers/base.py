@@ -22,6 +22,7 @@ import numpy as np
 from ordersim.streams import stream
 
 SIGNS = ("deterministic", "walk")
+PROJECTIONS = ("none", "gaussian", "sparse")
 TIES = ("plus", "minus")
 FIRST_ORDERS = ("random", "identity")
 
@@ -29,6 +30,49 @@ FIRST_ORDERS = ("random", "identity")
 def default_walk_c(total_examples: int, dim: int, delta: float = 0.01) -> float:
     """The self-balancing walk's c = 30 log(N d / delta), the theory's choice for ||v||_2 <= 1."""
     return 30.0 * math.log(total_examples * dim / delta)
+
+
+def _is_int(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, np.integer))
+
+
+def check_projection_and_group(name, projection, projection_dim, group, examples=None) -> None:
+    """The options projection, projection_dim and group (docs/algorithms.md, "Random projection
+    before balancing", "Grouped balancing"); a ValueError names the option, the value and what is
+    allowed. ``examples`` None: group is not checked against n."""
+    if projection not in PROJECTIONS:
+        raise ValueError(f"{name}: projection must be one of {PROJECTIONS}, got {projection!r}")
+    if projection_dim is not None:
+        if projection == "none":
+            raise ValueError(f"{name}: projection_dim needs projection = 'gaussian' or 'sparse', "
+                             f"got projection_dim={projection_dim!r} with projection='none'")
+        if not _is_int(projection_dim) or projection_dim < 1:
+            raise ValueError(f"{name}: projection_dim must be an integer >= 1 (or None: the "
+                             f"Johnson-Lindenstrauss default), got {projection_dim!r}")
+    if not _is_int(group) or group < 1 or (examples is not None and group > examples):
+        allowed = "an integer >= 1" if examples is None else f"an integer in 1..{examples} (the examples per worker)"
+        raise ValueError(f"{name}: group must be {allowed}, got {group!r}")
+
+
+BALANCE_OPTIONS = ("projection", "projection_dim", "group")
+
+
+def balance_options(table: dict, batch: int) -> dict:
+    """The config's ``orderer_options`` table as keyword arguments of the balancing orderers:
+    projection, projection_dim (0: the default k) and group, which must divide the step's
+    ``batch`` (a step's b examples are cut into b/r groups). ValueError names the bad entry."""
+    field = "config field 'orderer_options'"
+    unknown = sorted(set(table) - set(BALANCE_OPTIONS))
+    if unknown:
+        raise ValueError(f"{field}: unknown option(s) {', '.join(map(str, unknown))}; "
+                         f"allowed: {', '.join(BALANCE_OPTIONS)}")
+    options = {"projection": table.get("projection", "none"), "group": table.get("group", 1)}
+    dim = table.get("projection_dim", 0)
+    options["projection_dim"] = None if dim == 0 and not isinstance(dim, bool) else dim
+    check_projection_and_group(field, **options)
+    if batch % options["group"]:
+        raise ValueError(f"{field}: group must divide batch ({batch}), got {options['group']!r}")
+    return options
 
 
 class Orderer:
@@ -49,6 +93,9 @@ class Orderer:
     required_options: tuple[str, ...] = ()
     # Balancing orderers whose signs follow a rule of their own, not the sign options.
     own_sign_rule: bool = False
+    # Orderers that read the gradients and take the options projection and group (the balancing
+    # orderers); the other gradient orderers refuse them, the gradient-free ones ignore them.
+    takes_projection_and_group: bool = False
     # Set by begin_epoch() and end_epoch() (GradientOrderers keep both in their state header).
     in_epoch: bool = False
     observed: int = 0  # examples of every row observed in the current epoch
@@ -65,6 +112,9 @@ class Orderer:
         walk_c: float | None = None,
         tie: str = "plus",
         first_order: str = "random",
+        projection: str = "none",
+        projection_dim: int | None = None,
+        group: int = 1,
     ):
         for field, value, low in (
             ("workers", workers, 1),
@@ -86,6 +136,11 @@ class Orderer:
             raise ValueError(f"{self.name}: tie must be one of {TIES}, got {tie!r}")
         if first_order not in FIRST_ORDERS:
             raise ValueError(f"{self.name}: first_order must be one of {FIRST_ORDERS}, got {first_order!r}")
+        check_projection_and_group(self.name, projection, projection_dim, group, examples)
+        if self.needs_gradients and not self.takes_projection_and_group and (projection != "none" or group != 1):
+            raise ValueError(f"{self.name}: projection and group are options of the balancing orderers; "
+                             f"{self.name} takes neither (docs/algorithms.md, \"Random projection before "
+                             f"balancing\"), got projection={projection!r}, group={group!r}")
         if walk_c is None:
             walk_c = default_walk_c(workers * examples, dim)
         if not (isinstance(walk_c, (int, float, np.floating)) and math.isfinite(walk_c) and walk_c > 0):
@@ -95,6 +150,8 @@ class Orderer:
         self.seed, self.first_worker = int(seed), int(first_worker)
         self.sign, self.tie, self.first_order = sign, tie, first_order
         self.walk_c = float(walk_c)
+        self.projection, self.group = projection, int(group)
+        self.projection_dim = 0 if projection_dim is None else int(projection_dim)  # 0: the default
         self.epoch = 0  # index of the epoch that begin_epoch() starts next (or is inside)
         self.order = np.empty((self.workers, self.examples), dtype=np.int64)
         for i in range(self.workers):

@@ -18,5 +18,5 @@ class DistributedGraB(BalancingOrderer):
         self.extra[1] = 0.0
 
     def _next_order(self):
-        np.divide(self.extra[1], self.examples, out=self.extra[0])
+        np.divide(self.extra[1], self.units, out=self.extra[0])
         return super()._next_order()

@@ -1,4 +1,5 @@
-from ordersim.orderers._balance import BalancingOrderer, pair_balance_observe, pair_difference_observe
+from ordersim.orderers._balance import (BalancingOrderer, pair_balance_observe, pair_difference_observe,
+                                       projected_pair_difference_observe, unit_pair_balance_observe)
 
 
 class DistributedPairGraB(BalancingOrderer):
@@ -8,5 +9,7 @@ class DistributedPairGraB(BalancingOrderer):
     description = "ID-GraB (PairBal): every worker runs PairBalance on its own, no coordination"
     kernel = staticmethod(pair_balance_observe)
     pair_difference_kernel = staticmethod(pair_difference_observe)
+    unit_kernels = (unit_pair_balance_observe, projected_pair_difference_observe)
+    pair_walk = True
     # extra[0]: a pair's first gradient when its partner comes in a later observe()
     extra_rows = 1

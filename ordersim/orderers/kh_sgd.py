@@ -21,8 +21,8 @@ class KernelHalvingWalk(AdaptivePairWalk):
     def _setup_state(self):
         super()._setup_state()
         self.sign_mode[...] = SIGN_KERNEL_HALVING
-        # K, the decisions of a running sum per epoch: its own pairs, or every worker's (shared)
-        decisions = self.examples // 2 * (self.workers if self.coordinated else 1)
+        # K, the decisions of a running sum per epoch: its own pairs (of units), or every worker's (shared)
+        decisions = self.units // 2 * (self.workers if self.coordinated else 1)
         self.penalty_base[...] = (4.0 / KH_DELTA) * (math.log(self.epochs) + 1.0) * (1.0 + math.log(max(decisions, 1)))
 
     def _begin(self):

@@ -38,7 +38,8 @@ class SelfBalancingWalk(AdaptivePairWalk, PairGraB):
     def _setup_state(self):
         super()._setup_state()
         self.sign_mode[...] = SIGN_SCALED_WALK
-        self.walk_scale[...] = 30.0 * math.log(self.examples * self.epochs * self.dim / (2.0 * KH_DELTA))
+        # n and d of what is balanced: the units and their (projected) dimension
+        self.walk_scale[...] = 30.0 * math.log(self.units * self.epochs * self.balanced_dim / (2.0 * KH_DELTA))
         self.difference_bound[...] = self.b_max
 
     def _begin(self):

@@ -8,6 +8,9 @@ Every reference has the signature
     reference(m, n, d, seed, grads_per_epoch, *, first_worker=0, sign="deterministic",
               walk_c=None, tie="plus", first_order="random", stats=None) -> list[np.ndarray]
 
+and the balancing ones (``with_units``) also take projection, projection_dim and group
+(docs/algorithms.md, "Random projection before balancing", "Grouped balancing").
+
 ``grads_per_epoch[e]`` is a float64 array (m, n, d) indexed by LOCAL EXAMPLE ID: the gradient of
 worker i's example j in epoch e is ``grads_per_epoch[e][i, j]``, whatever the order (the orderers
 that ignore gradients only use ``len(grads_per_epoch)`` and accept ``None`` entries). The result
@@ -22,6 +25,7 @@ and <s, v> is summed in sixteen lanes (``lane_dot``), so the references take the
 sign decisions as any implementation that does the same, exact ties included.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -205,13 +209,15 @@ def grab(m, n, d, seed, grads_per_epoch, stats=None, **options):
 
 
 # -- PairBalance ------------------------------------------------------------------------------------
-def _pair_balance(m, n, d, seed, grads_per_epoch, coordinated, stats, options):
+def _pair_balance(m, n, d, seed, grads_per_epoch, coordinated, stats, options, pair_vector=None):
     """PairBalance. Pair k is visit positions (2k, 2k+1), v = g_first - g_second. Independent: every
     worker has its own running sum. Coordinated (CD-GraB): one sum shared by all workers, and for
     each pair index k the workers 0..m-1 take their turns in order. eps = +1 puts the first example at
     the row's slot k (left) and the second at slot n-1-k (right); eps = -1 the other way round.
-    With n odd the last visited example takes the middle slot (n-1)/2."""
+    With n odd the last visited example takes the middle slot (n-1)/2. ``pair_vector(a, b)``
+    (default a - b) is the vector a pair is balanced as (d wide)."""
     o = _options(**options)
+    pair_vector = pair_vector or np.subtract
     rule = SignRule(m, n, d, seed, o["first_worker"], o["sign"], o["walk_c"], o["tie"])
     orders = [first_orders(m, n, seed, o["first_worker"], o["first_order"])]
     for epoch, grads in enumerate(grads_per_epoch):
@@ -224,7 +230,7 @@ def _pair_balance(m, n, d, seed, grads_per_epoch, coordinated, stats, options):
             left, right = k, n - 1 - k
             for i in range(m):  # workers: inner loop
                 first, second = order[i, 2 * k], order[i, 2 * k + 1]
-                v = grads[i, first] - grads[i, second]
+                v = pair_vector(grads[i, first], grads[i, second])
                 s = sums[0 if coordinated else i]
                 eps = rule(s, v, i, k)
                 s += eps * v
@@ -241,19 +247,19 @@ def _pair_balance(m, n, d, seed, grads_per_epoch, coordinated, stats, options):
     return orders
 
 
-def d_grab_pair(m, n, d, seed, grads_per_epoch, stats=None, **options):
-    return _pair_balance(m, n, d, seed, grads_per_epoch, False, stats, options)
+def d_grab_pair(m, n, d, seed, grads_per_epoch, stats=None, pair_vector=None, **options):
+    return _pair_balance(m, n, d, seed, grads_per_epoch, False, stats, options, pair_vector)
 
 
-def cd_grab(m, n, d, seed, grads_per_epoch, stats=None, **options):
-    return _pair_balance(m, n, d, seed, grads_per_epoch, True, stats, options)
+def cd_grab(m, n, d, seed, grads_per_epoch, stats=None, pair_vector=None, **options):
+    return _pair_balance(m, n, d, seed, grads_per_epoch, True, stats, options, pair_vector)
 
 
-def pair_grab(m, n, d, seed, grads_per_epoch, stats=None, **options):
+def pair_grab(m, n, d, seed, grads_per_epoch, stats=None, pair_vector=None, **options):
     """Centralized PairBalance: defined for one worker only."""
     if m != 1:
         raise ValueError("pair-grab is defined for m = 1")
-    return _pair_balance(m, n, d, seed, grads_per_epoch, False, stats, options)
+    return _pair_balance(m, n, d, seed, grads_per_epoch, False, stats, options, pair_vector)
 
 
 # -- the pair walks of Low-Rank Thinning ------------------------------------------------------------
@@ -266,12 +272,15 @@ def _required(name, value):
     return value
 
 
-def _pair_walk(m, n, d, seed, grads_per_epoch, coordinated, stats, first_worker, first_order, decide, begin):
+def _pair_walk(m, n, d, seed, grads_per_epoch, coordinated, stats, first_worker, first_order, decide, begin,
+               pair_vector=None):
     """The pair walk of pair balance (pairs (2k, 2k+1), v = g_first - g_second, pair index outer,
     worker inner, one running sum per worker or one shared), with the sign of every decision
     taken by ``decide(s_row, v, i, k, decision)``; ``begin(epoch)`` starts an epoch. decision
     counts the epoch's decisions of the running sum: 1, 2, ... per row, or 1..m n/2 over the
-    shared sum. Placement as in pair balance; n odd: the last example takes the middle slot."""
+    shared sum. Placement as in pair balance; n odd: the last example takes the middle slot.
+    ``pair_vector(a, b)``: as in _pair_balance."""
+    pair_vector = pair_vector or np.subtract
     orders = [first_orders(m, n, seed, first_worker, first_order)]
     for epoch, grads in enumerate(grads_per_epoch):
         failures = begin(epoch)
@@ -282,7 +291,7 @@ def _pair_walk(m, n, d, seed, grads_per_epoch, coordinated, stats, first_worker,
         for k in range(n // 2):
             for i in range(m):
                 first, second = order[i, 2 * k], order[i, 2 * k + 1]
-                v = grads[i, first] - grads[i, second]
+                v = pair_vector(grads[i, first], grads[i, second])
                 row = 0 if coordinated else i
                 decision = k * m + i + 1 if coordinated else k + 1
                 eps = decide(row, sums[row], v, i, k, decision)
@@ -297,7 +306,7 @@ def _pair_walk(m, n, d, seed, grads_per_epoch, coordinated, stats, first_worker,
     return orders
 
 
-def _kernel_halving(m, n, d, seed, grads_per_epoch, coordinated, stats, epochs, options):
+def _kernel_halving(m, n, d, seed, grads_per_epoch, coordinated, stats, epochs, options, pair_vector=None):
     """Kernel halving on pair differences (Low-Rank Thinning's KH-SGD; with ``coordinated`` the
     same rule over cd-grab's shared walk, cd-kh). Per decision k (1, 2, ... of the running sum's
     epoch) with v, beta = <v, v>, the penalty L_k = ln(P k e), P = ((4/delta)(ln E + 1))(1 + ln K)
@@ -345,22 +354,22 @@ def _kernel_halving(m, n, d, seed, grads_per_epoch, coordinated, stats, epochs, 
         return 1 if dot <= uniform * threshold else -1
 
     return _pair_walk(m, n, d, seed, grads_per_epoch, coordinated, stats, o["first_worker"], o["first_order"],
-                      decide, begin)
+                      decide, begin, pair_vector)
 
 
-def kh_sgd(m, n, d, seed, grads_per_epoch, stats=None, epochs=None, **options):
+def kh_sgd(m, n, d, seed, grads_per_epoch, stats=None, epochs=None, pair_vector=None, **options):
     """KH-SGD (Low-Rank Thinning): kernel halving on one worker's pair differences."""
     if m != 1:
         raise ValueError("kh-sgd is defined for m = 1")
-    return _kernel_halving(m, n, d, seed, grads_per_epoch, False, stats, epochs, options)
+    return _kernel_halving(m, n, d, seed, grads_per_epoch, False, stats, epochs, options, pair_vector)
 
 
-def cd_kh(m, n, d, seed, grads_per_epoch, stats=None, epochs=None, **options):
+def cd_kh(m, n, d, seed, grads_per_epoch, stats=None, epochs=None, pair_vector=None, **options):
     """cd-kh (ordersim's own): kernel halving over cd-grab's walk shared by all workers."""
-    return _kernel_halving(m, n, d, seed, grads_per_epoch, True, stats, epochs, options)
+    return _kernel_halving(m, n, d, seed, grads_per_epoch, True, stats, epochs, options, pair_vector)
 
 
-def sbw(m, n, d, seed, grads_per_epoch, stats=None, epochs=None, b_max=None, **options):
+def sbw(m, n, d, seed, grads_per_epoch, stats=None, epochs=None, b_max=None, pair_vector=None, **options):
     """The self-balancing walk on pair differences with the Low-Rank Thinning code's constant:
     pair-grab's walk sign (eps = +1 iff u < 1/2 - <s, v>/(2C), u the walk uniform of pair k; a
     failure when |<s, v>| > C) with C = b (30 ln(n E d / (2 delta))), delta = 1/2. b is the option
@@ -391,7 +400,7 @@ def sbw(m, n, d, seed, grads_per_epoch, stats=None, epochs=None, b_max=None, **o
         return 1 if run["u"][k] < probability else -1
 
     return _pair_walk(m, n, d, seed, grads_per_epoch, False, stats, o["first_worker"], o["first_order"],
-                      decide, begin)
+                      decide, begin, pair_vector)
 
 
 # -- recursive pair balance ----------------------------------------------------------------------------
@@ -485,21 +494,113 @@ def greedy(m, n, d, seed, grads_per_epoch, stats=None, **options):
     return orders
 
 
+
+# -- random projection and grouped balancing ------------------------------------------------------
+JL_EPS = 0.1  # the distortion of the projection's default k
+
+
+def random_projection(seed, kind, k, d):
+    """The function v -> Pi v of the run's projection, drawn from stream(seed, "projection", 0, 0).
+    gaussian: Pi = standard_normal((k, d)) / sqrt(k), row r of Pi v = lane_dot(Pi_r, v). sparse:
+    rho = 1/sqrt(d), sigma = 1/sqrt(k rho); row by row c = binomial(d, rho) columns
+    choice(d, c, replace=False), each +sigma where random(c) < 1/2, else -sigma; row r of Pi v =
+    sigma (P - M), P (M) the sum of v over the row's + (-) columns, added in ascending column
+    order from 0.0."""
+    rng = stream(seed, "projection")
+    if kind == "gaussian":
+        matrix = rng.standard_normal((k, d)) / math.sqrt(k)
+        return lambda v: np.array([lane_dot(matrix[r], v) for r in range(k)])
+    rho = 1.0 / math.sqrt(d)
+    sigma = 1.0 / math.sqrt(k * rho)
+    rows = []
+    for _ in range(k):
+        columns = rng.choice(d, rng.binomial(d, rho), replace=False)
+        plus = rng.random(len(columns)) < 0.5
+        rows.append((sorted(columns[plus]), sorted(columns[~plus])))
+
+    def apply(v):
+        out = []
+        for plus_columns, minus_columns in rows:
+            total_plus = total_minus = 0.0
+            for c in plus_columns:
+                total_plus += v[c]
+            for c in minus_columns:
+                total_minus += v[c]
+            out.append(sigma * (total_plus - total_minus))
+        return np.array(out)
+
+    return apply
+
+
+def default_projection_dim(units, d):
+    """scikit-learn's Johnson-Lindenstrauss bound at eps = 0.1 for the vectors one running sum
+    balances in an epoch, at least 1, at most d."""
+    from sklearn.random_projection import johnson_lindenstrauss_min_dim
+
+    return int(min(d, max(1, int(johnson_lindenstrauss_min_dim(units, eps=JL_EPS)))))
+
+
+def with_units(reference, pairs=False, coordinated=False):
+    """``reference`` with the options projection, projection_dim and group (docs/algorithms.md,
+    "Random projection before balancing", "Grouped balancing"). Groups: row i's units are the
+    first order's positions u r .. u r + r - 1 (u < n // r), which move as units ever after (the
+    n mod r positions after them stay last, in the same order); a unit's gradient is the mean of
+    its examples' (summed in their order from 0.0, divided by r). The reference runs on the units
+    (identity first order: the units are numbered by their first positions), on their projected
+    gradients (mean balance) or with v = Pi (a - b) for a pair (pairs), and its unit orders are
+    expanded. walk_c stays the orderer's default for the run's m n examples and d."""
+    @functools.wraps(reference)  # its name: the spec names the reference
+    def run(m, n, d, seed, grads_per_epoch, stats=None, projection="none", projection_dim=None, group=1,
+            **options):
+        if projection == "none" and group == 1:
+            return reference(m, n, d, seed, grads_per_epoch, stats=stats, **options)
+        first_worker, first_order = options.pop("first_worker", 0), options.pop("first_order", "random")
+        if options.get("walk_c") is None:
+            options["walk_c"] = default_walk_c(m * n, d)
+        units = n // group
+        first = first_orders(m, n, seed, first_worker, first_order)
+        members, rest = first[:, :units * group].reshape(m, units, group), first[:, units * group:]
+        rows = np.arange(m)[:, None]
+        unit_grads = []
+        for grads in grads_per_epoch:
+            total = np.zeros((m, units, d))
+            for j in range(group):
+                total = total + grads[rows, members[:, :, j]]
+            unit_grads.append(total / group)
+        balanced = d
+        if projection != "none":
+            balanced = projection_dim or default_projection_dim(units * (m if coordinated else 1), d)
+            apply = random_projection(seed, projection, balanced, d)
+            if pairs:
+                options["pair_vector"] = lambda a, b: apply(a - b)
+            else:
+                unit_grads = [np.array([[apply(g[i, u]) for u in range(units)] for i in range(m)]).reshape(
+                    m, units, balanced)
+                              for g in unit_grads]
+        unit_orders = reference(m, units, balanced, seed, unit_grads, stats=stats, first_worker=first_worker,
+                                first_order="identity", **options)
+        return [np.concatenate([np.take_along_axis(members, order[:, :, None], axis=1).reshape(m, -1), rest],
+                               axis=1) for order in unit_orders]
+
+    run.__doc__ = f"{reference.__doc__ or ''}\n\nWith projection and group: see with_units."
+    return run
+
+
 REFERENCES = {
     "rr": rr,
     "so": so,
     "ig": ig,
     "flipflop": flipflop,
     "wr": wr,
-    "grab": grab,
-    "d-grab": d_grab,
-    "pair-grab": pair_grab,
-    "d-grab-pair": d_grab_pair,
-    "cd-grab": cd_grab,
+    "grab": with_units(grab),
+    "d-grab": with_units(d_grab),
+    "pair-grab": with_units(pair_grab, pairs=True),
+    "d-grab-pair": with_units(d_grab_pair, pairs=True),
+    "cd-grab": with_units(cd_grab, pairs=True, coordinated=True),
     "greedy": greedy,
-    "kh-sgd": kh_sgd,
-    "cd-kh": cd_kh,
-    "sbw": sbw,
+    "kh-sgd": with_units(kh_sgd, pairs=True),
+    "cd-kh": with_units(cd_kh, pairs=True, coordinated=True),
+    "sbw": with_units(sbw, pairs=True),
     "recursive-pair": recursive_pair,
 }
 

@@ -1,0 +1,87 @@
+"""What a random projection before balancing saves the orderer at d = 1024 (issue #24).
+
+    python benchmarks/bench_projection.py            # d = 1024, about a minute
+    python benchmarks/bench_projection.py --quick    # a few seconds
+
+For grab (mean balance), pair-grab and cd-grab (pair walks; cd-grab at m = 8), one epoch of
+observe() calls at b = 16 is timed as in bench_orderers.py (its helpers: a pool of gradient
+buffers, the best of several epochs, the jitted read of the same gradients as the unit), without
+a projection and with the sparse and the gaussian one at several k. Printed per cell: ns per
+example, observe / read, and the speed-up over no projection (the issue's target: >= 3x).
+
+The arithmetic: balancing one d-dimensional vector costs about 2-3 passes over d doubles (the
+dot product, the update of s, for grab the epoch's sum), in vector code. A sparse Pi costs
+k sqrt(d) gathered additions per projected vector (k d rho, rho = 1/sqrt(d)), a dense one
+k d multiply-adds; the balancing itself then costs 2-3 k. So at d = 1024 the sparse projection
+can pay only for k well below sqrt(d) = 32, and the dense one never does; the
+Johnson-Lindenstrauss default (k = d here) only adds its cost (docs/algorithms.md).
+This is a script: it prints and never asserts (pytest does not collect it).
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_orderers import POOL, _examples, _time_epochs, read_sum  # noqa: E402
+
+from ordersim.orderers import make_orderer  # noqa: E402
+
+D, B = 1024, 16
+CELLS = (("grab", 1), ("pair-grab", 1), ("cd-grab", 8))
+PROJECTIONS = (("none", None), ("sparse", 8), ("sparse", 16), ("sparse", 64), ("gaussian", 16), ("gaussian", 64))
+
+
+def per_example_ns(name, m, options, work, repeats, budget):
+    """ns per example of observe() and of reading the same gradients, over one epoch of b = B."""
+    n = _examples(m, D, B, work)
+    rng = np.random.default_rng(0)
+    pool = [rng.standard_normal((m, B, D)) for _ in range(POOL)]
+    steps = n // B
+    o = make_orderer(name, workers=m, examples=n, dim=D, seed=0, **options)
+
+    def epoch_observe():
+        o.begin_epoch()
+        start = time.perf_counter()
+        for step in range(steps):
+            o.observe(pool[step % POOL])
+        elapsed = time.perf_counter() - start
+        o.end_epoch()
+        return elapsed
+
+    def epoch_read():
+        start = time.perf_counter()
+        for step in range(steps):
+            read_sum(pool[step % POOL])
+        return time.perf_counter() - start
+
+    epoch_observe()  # compile / warm up
+    epoch_read()
+    t_observe = _time_epochs(epoch_observe, repeats, budget)
+    t_read = _time_epochs(epoch_read, repeats, budget)
+    return t_observe / (m * n) * 1e9, t_read / (m * n) * 1e9
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller epochs, fewer repeats")
+    args = parser.parse_args(argv)
+    work, repeats, budget = (1 << 20, 3, 0.5) if args.quick else (1 << 23, 7, 3.0)
+    print(f"d = {D}, b = {B}: ns per example of observe(); x read = observe / read; "
+          f"speed-up = no projection / this")
+    print(f"{'orderer':<10} {'m':>2} {'projection':<12} {'ns/example':>10} {'x read':>7} {'speed-up':>8}")
+    for name, m in CELLS:
+        plain = None
+        for projection, k in PROJECTIONS:
+            options = {} if projection == "none" else {"projection": projection, "projection_dim": k}
+            observe, read = per_example_ns(name, m, options, work, repeats, budget)
+            plain = observe if plain is None else plain
+            label = "none" if k is None else f"{projection} {k}"
+            print(f"{name:<10} {m:>2} {label:<12} {observe:>10.1f} {observe / read:>7.2f} {plain / observe:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()
