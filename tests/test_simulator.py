@@ -104,6 +104,33 @@ def test_serial_trace_has_documented_layout(serial_trace):
     assert "final loss" in result.stdout and str(path) in result.stdout
 
 
+def test_serial_trace_matches_the_schema(serial_trace):
+    """Every dataset of the trace is a row of ordersim/trace_schema.py with its dtype and number of
+    dimensions, every dataset the schema says is always written is there, and so is every one that
+    this run's settings switch on."""
+    from ordersim import trace_schema
+    from ordersim.trace import run_datasets
+
+    path, _ = serial_trace
+    rows = {e.name: e for table in (trace_schema.PER_EPOCH, trace_schema.PER_RUN) for e in table}
+    with h5py.File(path, "r") as f:
+        for entry in trace_schema.ROOT:  # the run is convex: x_star is there too
+            assert f[entry.name].dtype == entry.dtype and f[entry.name].ndim == entry.ndim, entry.name
+        for orderer, seeds in f["runs"].items():
+            for seed, run in seeds.items():
+                found = run_datasets(run)
+                for name, data in found.items():
+                    assert name in rows, f"{orderer}/{seed}: {name} is not in the schema"
+                    assert data.dtype == rows[name].dtype, name
+                    assert data.ndim == rows[name].ndim, name
+                expected = {e.name for e in trace_schema.PER_EPOCH if e.always or e.config_field == "herding"}
+                expected |= {"suboptimality", "dist_to_opt", "test_loss", "test_accuracy", "train_accuracy",
+                             "orders", "steps/epoch", "steps/step", "steps/loss"}
+                assert expected <= set(found), expected - set(found)
+                assert all(len(found[e.name]) == len(found["epoch"]) for e in trace_schema.PER_EPOCH
+                           if e.name in found)
+
+
 def test_a_short_runs_chunks_hold_no_more_than_its_rows(serial_trace):
     """3 epochs: a growable dataset's chunk holds about the run's rows (4 appends), not up to 1024:
     a short run's file stays small."""
