@@ -38,6 +38,7 @@ class Dataset:
 
 
 CONVEX = "convex problems (x* known)"
+SHUFFLE = "`shuffle_variance = true` (x* known)"
 HERDING = "`herding` on (the default; `--no-herding` turns it off)"
 
 # One entry per measured epoch (epoch 0 is the initial model, before any training; with
@@ -57,6 +58,17 @@ PER_EPOCH = (
             "parallel herding (∞-norm, prefixes at step boundaries) of the order that epoch t+1 will "
             "use, on per-example gradients at x_t", config_field="herding"),
     Dataset("herding_2", "float64", "(T,)", HERDING, "the same in the 2-norm", config_field="herding"),
+    Dataset("avg_grad_error", "float64", "(T,)", HERDING,
+            "average gradient error of that order at x_t, Σ_k ‖(1/k) Σ_{j≤k} g_{π(j)} − ḡ‖², each worker's "
+            "own with its own mean ḡ, averaged over the workers ([algorithms.md](algorithms.md#metrics))",
+            config_field="herding"),
+    Dataset("shuffle_variance", "float64", "(T,)", SHUFFLE,
+            "shuffling variance σ²_Shuffle at x* of that order, at the step γ = α/(m·b) of epoch t+1 "
+            "([algorithms.md](algorithms.md#metrics))", config_field="shuffle_variance"),
+    Dataset("shuffle_variance_upper", "float64", "(T,)", SHUFFLE, "its upper bound γ L n σ*²/4",
+            config_field="shuffle_variance"),
+    Dataset("shuffle_variance_lower", "float64", "(T,)", SHUFFLE,
+            "its lower bound γ μ n σ*²/8 (NaN where μ is)", config_field="shuffle_variance"),
     Dataset("balance_discrepancy", "float64", "(T,)", "always",
             "max_k ‖s_k‖_∞ of the running sum during epoch t (0 at epoch 0 and for orderers that do "
             "not balance)", always=True),
