@@ -60,11 +60,11 @@ PER_EPOCH = (
     Dataset("herding_2", "float64", "(T,)", HERDING, "the same in the 2-norm", config_field="herding"),
     Dataset("avg_grad_error", "float64", "(T,)", HERDING,
             "average gradient error of that order at x_t, Σ_k ‖(1/k) Σ_{j≤k} g_{π(j)} − ḡ‖², each worker's "
-            "own with its own mean ḡ, averaged over the workers ([algorithms.md](algorithms.md#metrics))",
+            "own with its own mean ḡ, averaged over the workers (docs/algorithms.md, \"Metrics\")",
             config_field="herding"),
     Dataset("shuffle_variance", "float64", "(T,)", SHUFFLE,
             "shuffling variance σ²_Shuffle at x* of that order, at the step γ = α/(m·b) of epoch t+1 "
-            "([algorithms.md](algorithms.md#metrics))", config_field="shuffle_variance"),
+            "(docs/algorithms.md, \"Metrics\")", config_field="shuffle_variance"),
     Dataset("shuffle_variance_upper", "float64", "(T,)", SHUFFLE, "its upper bound γ L n σ*²/4",
             config_field="shuffle_variance"),
     Dataset("shuffle_variance_lower", "float64", "(T,)", SHUFFLE,
