@@ -93,10 +93,13 @@ def peak_rss_mb() -> float:
 # -- serial ----------------------------------------------------------------------------------------
 def serial_part(N: int, repeats: int) -> None:
     best = serial_epochs(N, repeats, M, ORDERERS)
+    rr_rate = N / best["rr"]
+    print(f"  target rr >= 1e6 examples/s: {rr_rate:.3g} -> {'met' if rr_rate >= 1e6 else 'MISSED'}")
     ratio = best["cd-grab"] / best["rr"]
     print(f"  target cd-grab <= 1.2 x rr: {ratio:.2f} -> {'met' if ratio <= 1.2 else 'MISSED'}")
     ratio = best["cd-kh"] / best["rr"]
     print(f"  target cd-kh <= 1.3 x rr: {ratio:.2f} -> {'met' if ratio <= 1.3 else 'MISSED'}", flush=True)
+    # one worker: one update per example instead of per m examples, so fewer examples/s than at m = 8
     serial_epochs(N, repeats, 1, CENTRALIZED)
 
 
@@ -133,10 +136,7 @@ def serial_epochs(N: int, repeats: int, workers: int, orderers) -> dict:
     for name in orderers:
         print(f"  {name:<8} {best[name]:>10.3f} {examples / best[name]:>12.3e} "
               f"{best[name] / best['rr']:>6.2f} {split[name]['compute_time']:>10.3f} "
-              f"{split[name]['order_time']:>12.3f}")
-    rr_rate = examples / best["rr"]
-    print(f"  target rr >= 1e6 examples/s: {rr_rate:.3g} -> {'met' if rr_rate >= 1e6 else 'MISSED'}",
-          flush=True)
+              f"{split[name]['order_time']:>12.3f}", flush=True)
     return best
 
 
