@@ -170,8 +170,10 @@ def _avg_grad_error_kernel(z, orders, means):
 @njit(error_model="numpy")
 def step_sums_and_grad_error(batch_grads, x, A, y, params, order, row, base, first_step, steps, b, n,
                              idx, scratch, out, mean, prefix, totals):
-    """engine.step_sums_of_order (out[s]: the sum of each step's gradients at x), and each step's
-    per-example gradients walked by grad_error_walk: herding's pass also gives the error."""
+    """out[s]: the sum of the gradients at x of worker `row`'s step first_step + s (steps of b
+    visit positions, the last one short), as the step loops sum them (engine.worker_step); each
+    step's per-example gradients are walked by grad_error_walk on the way: herding's pass also
+    gives the error."""
     for s in range(steps):
         pos = (first_step + s) * b
         count = min(b, n - pos)

@@ -243,9 +243,8 @@ def test_avg_grad_error_of_a_known_order():
 
 def test_the_simulators_pass_gives_the_metric_and_herdings_step_sums():
     """step_sums_and_grad_error (what the simulator calls) over a few chunks of steps, with a
-    short last step: the step sums are engine.step_sums_of_order's bit for bit and the error is
-    avg_grad_error's of the per-example gradients."""
-    from ordersim import engine
+    short last step: the step sums are the per-example gradients added in visit order from 0.0
+    (the step loops' sums) bit for bit, and the error is avg_grad_error's of those gradients."""
     from ordersim.problems import make_problem
 
     rng = np.random.default_rng(3)
@@ -266,8 +265,10 @@ def test_the_simulators_pass_gives_the_metric_and_herdings_step_sums():
             metrics.step_sums_and_grad_error(problem.batch_grads, x, A, y, problem.params, orders, w, w * n,
                                              first, count, b, n, idx, scratch, sums[first:first + count],
                                              means[w], prefix, totals)
-        engine.step_sums_of_order(problem.batch_grads, x, A, y, problem.params, orders, w, w * n, 0, steps, b, n,
-                                  idx, scratch, expected)
+        for s in range(steps):
+            expected[s] = 0.0
+            for e in orders[w, s * b:(s + 1) * b]:
+                expected[s] += grads[w * n + e]
         assert sums.tobytes() == expected.tobytes()
     z = grads.reshape(2, n, p)
     np.testing.assert_allclose(totals.mean(), parallel_avg_grad_error(z, orders, means), rtol=1e-12)
