@@ -8,7 +8,8 @@ parallel herding (inf-norm, prefixes at step boundaries) against the reorder rou
 number of workers m (n = total / m vectors each), one line per orderer, log y axis (--linear for a
 linear one), with the c*sqrt(n) (random orders) and c*log(n) (balanced orders) levels of
 analysis.herding, c = the panel's round-0 herding / sqrt(n). Round 0 is the shared random starting
-order.
+order. cd-kh, ordersim's own coordinated kernel halving (in no paper), is named so in the caption;
+the centralized orderers (kh-sgd, sbw) have a curve in the m = 1 panel only.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def draw(df, band_kind="minmax", log=True, title=None):
         raise SystemExit("herding_sim: no herding-sim results in the files")
     panels = sorted(df.groupby("workers"), key=lambda kv: kv[0])
     orderers = sorted(df.orderer.unique(), key=style.orderer_key)
-    fig, axes = style.figure(len(panels), cols=min(len(panels), 5), width=2.6, height=2.4)
+    rows = -(-len(panels) // 5)  # at most 5 panels a row, the rows filled evenly
+    fig, axes = style.figure(len(panels), cols=-(-len(panels) // rows), width=2.6, height=2.4)
     for ax, (m, g) in zip(axes, panels):
         g = g.assign(label=g.orderer)
         for lab, (rounds, values) in style.by_seed(g, "round", "herding").items():
@@ -47,10 +49,13 @@ def draw(df, band_kind="minmax", log=True, title=None):
     fig.tight_layout()
     first = df.iloc[0]
     seeds = df.seed.nunique()
+    ours = "; cd-kh is ordersim's own (in no paper)" if "cd-kh" in orderers else ""
+    if 1 in df.workers.values:
+        ours += "; at m = 1 cd-kh is kh-sgd and cd-grab is d-grab-pair (their lines coincide)"
     style.caption(fig, None, extra=(f"{title} " if title else "") + (
         f"{int(first.workers * first.examples_per_worker)} unit-norm Gaussian vectors in d = {first.dim}, "
         f"centred per worker; b = {first.batch}; {first.norm}-norm, prefixes at step boundaries; "
-        f"{seeds} seed{'s' if seeds > 1 else ''}; c = round-0 herding / $\\sqrt{{n}}$ per panel"))
+        f"{seeds} seed{'s' if seeds > 1 else ''}; c = round-0 herding / $\\sqrt{{n}}$ per panel{ours}"))
     return fig
 
 

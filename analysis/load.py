@@ -25,14 +25,14 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-# Written for every run (docs/trace-format.md); the others only where they apply (herding: unless
-# the run was configured with --no-herding).
-ALWAYS_WRITTEN = ("epoch", "train_loss", "grad_norm", "balance_discrepancy", "wall_time", "compute_time",
-                  "order_time", "comm_time")
-CONDITIONAL = ("suboptimality", "dist_to_opt", "test_loss", "test_accuracy", "train_accuracy",
-               "herding_inf", "herding_2")
-PER_EPOCH = ALWAYS_WRITTEN[:2] + ("suboptimality", "grad_norm", "dist_to_opt", "test_loss", "test_accuracy",
-                                  "train_accuracy", "herding_inf", "herding_2") + ALWAYS_WRITTEN[3:]
+from ordersim import trace_schema
+
+# The per-epoch datasets (ordersim/trace_schema.py): written for every run, only where they apply,
+# and those a boolean config field switches on (their presence then follows from the config).
+ALWAYS_WRITTEN = tuple(e.name for e in trace_schema.PER_EPOCH if e.always)
+CONDITIONAL = tuple(e.name for e in trace_schema.PER_EPOCH if not e.always)
+PER_EPOCH = tuple(e.name for e in trace_schema.PER_EPOCH)
+SWITCHED_ON = {e.name: e.config_field for e in trace_schema.PER_EPOCH if e.config_field}
 # Root attributes copied into every row of load_runs (config and hosts stay in load_run_arrays).
 FILE_COLUMNS = ("problem", "data", "backend", "ranks", "dropped_examples", "ordersim_version",
                 "git_commit", "git_dirty", "start_time", "end_time")
@@ -193,8 +193,8 @@ def _read_file(path, notes: _Notes) -> tuple[dict, dict]:
         for _, run in runs:
             present |= {n for n in run if n in CONDITIONAL}
         try:
-            if json.loads(file_attrs.get("config", "{}")).get("herding"):
-                present |= {"herding_inf", "herding_2"}
+            config = json.loads(file_attrs.get("config", "{}"))
+            present |= {name for name, field in SWITCHED_ON.items() if config.get(field)}
         except (ValueError, AttributeError):
             pass
         out = {}
@@ -345,6 +345,6 @@ def load_shards(path) -> np.ndarray:
         return f["shards"][()]
 
 
-__all__ = ["ALWAYS_WRITTEN", "CONDITIONAL", "NOT_SETTINGS", "PER_EPOCH", "TraceWarning", "code_label",
+__all__ = ["ALWAYS_WRITTEN", "CONDITIONAL", "NOT_SETTINGS", "PER_EPOCH", "SWITCHED_ON", "TraceWarning", "code_label",
            "load_herding_sim", "load_orders", "load_run_arrays", "load_runs", "load_shards",
            "setting_value", "varying_settings"]

@@ -118,8 +118,11 @@ class Config:
                         default_factory=lambda: [0, 1, 2])
     measure_every: int = _help("measure every K epochs (epoch 0 and the last are always measured)",
                                default=1)
-    herding: bool = _help("measure the parallel herding of the next order (one extra gradient pass)",
-                          default=True)
+    herding: bool = _help("measure the parallel herding of the next order and its average gradient "
+                          "error (one extra gradient pass)", default=True)
+    shuffle_variance: bool = _help("measure the shuffling variance at x* of the next order and its two "
+                                   "bounds (convex problems whose x* is known; one loss and gradient "
+                                   "per example at x*)", default=False)
     record_orders: bool = _help("store every epoch's orders (T, m, n) int32 in the trace",
                                 default=False)
     trace_every: int = _help("store the minibatch loss every K steps (0 = off)", default=0)

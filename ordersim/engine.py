@@ -522,16 +522,6 @@ needs no MPI library).
     return kernel
 
 
-@njit(error_model="numpy")  # takes the problem's kernel as an argument: not cacheable (numba#2956)
-def step_sums_of_order(batch_grads, x, A, y, params, order, row, base, first_step, steps, b, n,
-                       idx, scratch, out):
-    """Sums of one worker's per-example gradients at x over each of `steps` steps of its order."""
-    for s in range(steps):
-        pos = (first_step + s) * b
-        count = min(b, n - pos)
-        worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx, scratch, out[s])
-
-
 @njit(cache=True, error_model="numpy")
 def accumulate_herding(gathered, step_counts, mean, prefix, peaks):
     """Advance the parallel-herding prefix over a chunk of steps.

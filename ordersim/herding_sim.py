@@ -5,7 +5,7 @@ from the same random orders and reorders them ``rounds`` times by observing the 
 were the gradients of one epoch; after every round the parallel herding (inf-norm, prefixes at step
 boundaries) of the new order is recorded. See docs/herding_sim.md.
 
-    python -m ordersim herding-sim --workers 5 10 20 --total 100000 --out herding.h5
+    python -m ordersim herding-sim --workers 1 5 10 20 --total 100000 --out herding.h5
 """
 
 import argparse
@@ -23,7 +23,11 @@ from ordersim.metrics import parallel_herding
 from ordersim.orderers import available_orderers, make_orderer, orderer_class
 from ordersim.streams import stream
 
-DEFAULT_ORDERERS = ("rr", "d-grab", "d-grab-pair", "cd-grab")
+PAPER_ORDERERS = ("rr", "d-grab", "d-grab-pair", "cd-grab")  # the CD-GraB paper's figure; run()'s default
+# The command's default: the paper's, then the second wave (cd-kh is ordersim's own); kh-sgd and
+# sbw are centralized and run in the m = 1 cell only.
+DEFAULT_ORDERERS = PAPER_ORDERERS + ("cd-kh", "kh-sgd", "sbw")
+OURS = {"cd-kh"}  # in no paper: marked wherever shown
 # Orderers whose rows are not permutations: herding is not defined for them.
 UNSUPPORTED = {"wr": "samples with replacement, its orders are not permutations"}
 GREEDY_MAX_EXAMPLES = 5000  # greedy costs O(n^2 d) per round and worker
@@ -70,11 +74,11 @@ def check_orderers(names, workers_list, examples_list) -> None:
         if name not in known:
             raise ValueError(f"unknown orderer {name!r}; known: {', '.join(known)}")
         cls = orderer_class(name)
-        bad_m = [m for m in workers_list if m != 1]
-        if cls.centralized_alternatives and bad_m:
+        if cls.centralized_alternatives and 1 not in workers_list:
             raise ValueError(
-                f"orderer {name!r} is centralized and needs 1 worker, got workers {bad_m[0]}; "
-                f"use {' or '.join(cls.centralized_alternatives)}"
+                f"orderer {name!r} is centralized and needs 1 worker, got workers "
+                f"{' '.join(map(str, workers_list))}; it runs in the m = 1 cell only (add 1 to the "
+                f"workers), or use {' or '.join(cls.centralized_alternatives)}"
             )
         big_n = [n for n in examples_list if n > GREEDY_MAX_EXAMPLES]
         if name == "greedy" and big_n:
@@ -91,7 +95,7 @@ def supported_orderers() -> list[str]:
     return [name for name in available_orderers() if name not in UNSUPPORTED]
 
 
-def run(workers, examples, dim=16, rounds=15, orderers=DEFAULT_ORDERERS, seed=0, batch=1,
+def run(workers, examples, dim=16, rounds=15, orderers=PAPER_ORDERERS, seed=0, batch=1,
         *, on_result=None) -> dict[str, np.ndarray]:
     """Parallel herding of each orderer's orders over ``rounds`` reorder rounds.
 
@@ -175,17 +179,20 @@ def _parser() -> argparse.ArgumentParser:
         ),
         epilog=f"orderers: {names}\nlayout of the output file: docs/herding_sim.md",
     )
-    parser.add_argument("--workers", type=int, nargs="+", default=[5, 10, 20, 50, 100], metavar="M",
-                        help="worker counts m to simulate, one cell row per m (default: 5 10 20 50 100)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 5, 10, 20, 50, 100], metavar="M",
+                        help="worker counts m to simulate, one cell row per m (default: 1 5 10 20 50 100)")
     parser.add_argument("--total", type=int, default=1_000_000,
                         help="total number of vectors m*n; each worker gets n = TOTAL // m (default: 1000000)")
     parser.add_argument("--dim", type=int, default=16, help="dimension of the vectors (default: 16)")
     parser.add_argument("--rounds", type=int, default=15,
                         help="reorder rounds per orderer; herding is recorded before the first and after "
                              "every round (default: 15)")
-    parser.add_argument("--orderers", nargs="+", default=list(DEFAULT_ORDERERS), metavar="NAME",
-                        help=f"orderers to compare (default: {' '.join(DEFAULT_ORDERERS)}); grab and "
-                             f"pair-grab need --workers 1, greedy n <= {GREEDY_MAX_EXAMPLES}")
+    parser.add_argument("--orderers", nargs="+", default=None, metavar="NAME",
+                        help=f"orderers to compare (default: {' '.join(DEFAULT_ORDERERS)}, the "
+                             f"centralized kh-sgd and sbw only when 1 is among --workers; cd-kh is "
+                             f"ordersim's own, in no paper); the centralized ones (grab, pair-grab, "
+                             f"kh-sgd, sbw) run in the m = 1 cell only and need 1 among --workers; "
+                             f"greedy needs n <= {GREEDY_MAX_EXAMPLES}")
     parser.add_argument("--batch", type=int, default=1,
                         help="examples per worker per step: herding prefixes are taken at these step "
                              "boundaries (default: 1, as in the paper)")
@@ -199,7 +206,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _validate(args) -> str | None:
-    """The first problem with the options as a one-line message, or None."""
+    """The first problem with the options as a one-line message, or None. Resolves the default
+    orderers (without the centralized ones when no cell has m = 1)."""
+    if args.orderers is None:
+        args.orderers = [name for name in DEFAULT_ORDERERS
+                         if 1 in args.workers or not orderer_class(name).centralized_alternatives]
     for option, value, low in (("--total", args.total, 1), ("--dim", args.dim, 1),
                                ("--rounds", args.rounds, 0), ("--batch", args.batch, 1),
                                ("--seed", args.seed, 0)):
@@ -224,9 +235,10 @@ def _validate(args) -> str | None:
 
 def _table(args, results, initial) -> str:
     width = max(11, *(len(name) + 2 for name in args.orderers))
-    head = f"{'m':>6} {'n':>9} {'start':>{width}}" + "".join(f"{name:>{width}}" for name in args.orderers)
+    head = f"{'m':>6} {'n':>9} {'start':>{width}}" + "".join(
+        f"{name + ('*' if name in OURS else ''):>{width}}" for name in args.orderers)
     lines = [f"parallel herding (inf-norm, batch {args.batch}) after {args.rounds} rounds; "
-             f"start = the shared random order", head]
+             f"start = the shared random order; - = not run (centralized, m > 1)", head]
     for m in args.workers:
         n = args.total // m
         if m not in initial:
@@ -236,6 +248,8 @@ def _table(args, results, initial) -> str:
             value = results.get((m, name))
             row += f"{value[-1]:>{width}.3f}" if value is not None else f"{'-':>{width}}"
         lines.append(row)
+    if OURS & set(args.orderers):
+        lines.append("* ordersim's own coordinated kernel halving, in no paper (docs/algorithms.md)")
     return "\n".join(lines)
 
 
@@ -286,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"m={m:<4} n={n:<8} {name:<12} herding {values[0]:10.3f} -> {values[-1]:10.3f}"
                               f"  ({seconds:.1f} s)", flush=True)
 
-                run(m, n, dim=args.dim, rounds=args.rounds, orderers=args.orderers, seed=args.seed,
+                cell = [name for name in args.orderers
+                        if m == 1 or not orderer_class(name).centralized_alternatives]
+                run(m, n, dim=args.dim, rounds=args.rounds, orderers=cell, seed=args.seed,
                     batch=args.batch, on_result=store)
         except KeyboardInterrupt:
             print(_table(args, results, initial))

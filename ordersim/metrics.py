@@ -4,6 +4,10 @@
     parallel_herding(z, orders, batch=1, norm="inf", interleaved=False)
                                                        m workers, the CD-GraB paper's quantity
     balancing_discrepancy(vectors, signs)              max_k ||sum_{t<=k} eps_t v_t||_inf
+    avg_grad_error(z, order, mean=None)                sum_k ||(1/k) sum_{t<=k} z_{pi(t)} - zbar||_2^2
+    parallel_avg_grad_error(z, orders, means=None)     its mean over m workers, each with its own mean
+    shuffle_variance(problem, x_star, A, y, orders, gamma)
+                                                       max_k mean_w D_{f_{pi_w(k)}}(x*_{w,k}, x*) / gamma
 
 Every metric validates its arguments in Python (one-line ``ValueError`` naming the argument, the
 bad value and what is allowed) and then runs a Numba kernel in O(m n d) time and O(d) extra memory:
@@ -12,6 +16,12 @@ temporary. Inputs already float64 / int64 and C-contiguous are used without a co
 an order is a permutation takes O(n) bytes of scratch.
 
 The empty prefix (k = 0) has norm 0, so including it or not does not change any maximum.
+
+The simulator computes the average gradient error inside herding's gradient pass
+(``step_sums_and_grad_error``: the per-example gradients of every step, walked once) and the
+shuffling variance with ``shuffle_variance_walk``, one worker at a time, so each worker's value is
+the same number whichever rank computes it; both take the problem's kernels as arguments (not
+cacheable, numba#2956).
 """
 
 import math
@@ -20,6 +30,7 @@ import numpy as np
 from numba import njit
 
 from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
+from ordersim.engine import sum_in_worker_order, worker_step
 
 NORMS = ("inf", "2")
 _NORM_CODES = {"inf": 0, "2": 1}
@@ -123,6 +134,77 @@ def _discrepancy_kernel(vectors, signs):
     return best
 
 
+@njit(cache=True, error_model="numpy")
+def grad_error_walk(grads, count, mean, prefix, totals, row, start):
+    """Advance worker `row`'s average gradient error over its next `count` visited examples.
+
+    grads (>= count, d): their gradients in visit order; start: the examples it visited before;
+    prefix (d): the sum of those; mean (d): the worker's mean gradient. Adds
+    ||prefix_k / k - mean||^2 for k = start + 1 .. start + count to totals[row], term by term.
+    """
+    d = mean.shape[0]
+    for r in range(count):
+        k = start + r + 1
+        term = 0.0
+        for j in range(d):
+            prefix[j] += grads[r, j]
+            gap = prefix[j] / k - mean[j]
+            term += gap * gap
+        totals[row] += term
+
+
+@njit(cache=True, error_model="numpy")
+def _avg_grad_error_kernel(z, orders, means):
+    """Every worker's average gradient error (m,), the simulator's walk one example at a time."""
+    m, n, d = z.shape
+    totals = np.zeros(m)
+    prefix = np.zeros(d)
+    for i in range(m):
+        prefix[:] = 0.0
+        for t in range(n):
+            e = orders[i, t]
+            grad_error_walk(z[i, e:e + 1], 1, means[i], prefix, totals, i, t)
+    return totals
+
+
+@njit(error_model="numpy")
+def step_sums_and_grad_error(batch_grads, x, A, y, params, order, row, base, first_step, steps, b, n,
+                             idx, scratch, out, mean, prefix, totals):
+    """out[s]: the sum of the gradients at x of worker `row`'s step first_step + s (steps of b
+    visit positions, the last one short), as the step loops sum them (engine.worker_step); each
+    step's per-example gradients are walked by grad_error_walk on the way: herding's pass also
+    gives the error."""
+    for s in range(steps):
+        pos = (first_step + s) * b
+        count = min(b, n - pos)
+        worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx, scratch, out[s])
+        grad_error_walk(scratch, count, mean, prefix, totals, row, pos)
+
+
+@njit(error_model="numpy")
+def shuffle_variance_walk(batch_grads, full_loss, x_star, A, y, params, order, row, base, gamma,
+                          idx, grad, point, prefix, out):
+    """out[k] = D_{f_e}(x*_k, x*) / gamma along row `row` of `order` (e its k-th example, row
+    base + e of A), x*_k = x* - gamma * (sum of the gradients at x* of the examples before it).
+
+    D_f(u, w) = f(u) - f(w) - <grad f(w), u - w>; here u - w = -gamma * prefix. grad (1, d),
+    point, prefix (d): scratch; idx (>= 1,) int64.
+    """
+    n = order.shape[1]
+    d = x_star.shape[0]
+    prefix[:] = 0.0
+    for k in range(n):
+        idx[0] = base + order[row, k]
+        at_star = batch_grads(x_star, A, y, idx[:1], params, grad)
+        inner = 0.0
+        for j in range(d):
+            point[j] = x_star[j] - gamma * prefix[j]
+            inner += grad[0, j] * prefix[j]
+        out[k] = (full_loss(point, A, y, idx[:1], params) - at_star + gamma * inner) / gamma
+        for j in range(d):
+            prefix[j] += grad[0, j]
+
+
 # -- validation -------------------------------------------------------------------------------------
 def _float_array(name, value, ndim, shape_text):
     array = np.asarray(value)
@@ -214,4 +296,71 @@ def balancing_discrepancy(vectors, signs) -> float:
     return float(_discrepancy_kernel(vectors, np.ascontiguousarray(raw, dtype=np.float64)))
 
 
-__all__ = ["NORMS", "balancing_discrepancy", "herding", "parallel_herding"]
+def _means(name, value, z, shape_text):
+    if value is None:
+        return np.ascontiguousarray(z.mean(axis=-2))
+    means = _float_array(name, value, z.ndim - 1, shape_text)
+    if means.shape != z.shape[:-2] + z.shape[-1:]:
+        raise ValueError(f"{name} must have shape {shape_text} = {z.shape[:-2] + z.shape[-1:]}, got shape {means.shape}")
+    return means
+
+
+def parallel_avg_grad_error(z, orders, means=None) -> float:
+    """The mean over the m workers of avg_grad_error(z[i], orders[i], means[i]).
+
+    z: (m, n, d), z[i, e] = worker i's vector of local example e; orders: (m, n), row i a
+    permutation of 0..n-1; means: (m, d), each worker's own mean (default: z[i]'s mean).
+    """
+    z = _float_array("z", z, 3, "(m, n, d)")
+    m, n, _ = z.shape
+    orders = _int_array("orders", orders, (m, n), "(m, n)")
+    _check_permutations("orders", orders)
+    means = _means("means", means, z, "(m, d)")
+    totals = _avg_grad_error_kernel(z, orders, means)
+    return float(sum_in_worker_order(totals.reshape(m, 1))[0] / m)
+
+
+def avg_grad_error(z, order, mean=None) -> float:
+    """The average gradient error of an order (GraB's ``compute_avg_grad_error``):
+    sum_{k=1..n} ||(1/k) sum_{t<=k} z_{pi(t)} - zbar||_2^2.
+
+    z: (n, d) vectors indexed by example id; order: (n,) a permutation of 0..n-1; mean: (d,) zbar
+    (default: the mean of the n vectors).
+    """
+    z = _float_array("z", z, 2, "(n, d)")
+    order = _int_array("order", order, (z.shape[0],), "(n,)")
+    _check_permutations("order", order.reshape(1, -1))
+    mean = None if mean is None else np.asarray(mean)[None]
+    return parallel_avg_grad_error(z[None], order[None], mean)
+
+
+def shuffle_variance(problem, x_star, A, y, orders, gamma: float) -> float:
+    """The shuffling variance at x* of orders over shards (Mishchenko, Khaled, Richtarik 2020),
+    estimated over the m orders: max_k (1/m) sum_w D_{f_{pi_w(k)}}(x*_{w,k}, x*) / gamma with
+    x*_{w,k} = x* - gamma sum_{t<k} grad f_{pi_w(t)}(x*).
+
+    problem: an ordersim problem (its kernels batch_grads and full_loss); A (m n, p), y (m n,):
+    worker w's local example e is row w n + e; orders (m, n); gamma > 0 the step.
+    """
+    x_star = _float_array("x_star", x_star, 1, "(d,)")
+    A = _float_array("A", A, 2, "(m n, p)")
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    orders = np.asarray(orders)
+    if orders.ndim != 2 or orders.size != A.shape[0]:
+        raise ValueError(f"orders must be (m, n) with m n = {A.shape[0]} rows of A, got shape {orders.shape}")
+    orders = _int_array("orders", orders, orders.shape, "(m, n)")
+    _check_permutations("orders", orders)
+    if not (isinstance(gamma, (int, float, np.floating)) and math.isfinite(gamma) and gamma > 0):
+        raise ValueError(f"gamma must be a finite number > 0, got {gamma!r}")
+    m, n = orders.shape
+    d = x_star.shape[0]
+    values = np.empty((m, n))
+    for w in range(m):
+        shuffle_variance_walk(problem.batch_grads, problem.full_loss, x_star, A, y, problem.params, orders,
+                              w, w * n, float(gamma), np.empty(1, dtype=np.int64), np.empty((1, d)),
+                              np.empty(d), np.empty(d), values[w])
+    return float((sum_in_worker_order(values) / m).max())
+
+
+__all__ = ["NORMS", "avg_grad_error", "balancing_discrepancy", "herding", "parallel_avg_grad_error",
+           "parallel_herding", "shuffle_variance"]

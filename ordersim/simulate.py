@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ordersim import aligned, engine, provenance, regime
+from ordersim import aligned, engine, metrics, provenance, regime
 from ordersim.constants import WorkerRows, worker_constants
 from ordersim.data import open_dataset, partition, streamed_source
 from ordersim.backend import SerialBackend
@@ -186,6 +186,9 @@ def prepare(config: Config, backend: SerialBackend, stop: StopRequest | None = N
     if config.schedule == "theory" and not (constants.get("mu") or 0) > 0:
         raise ConfigError("config field 'schedule': 'theory' needs a problem with mu > 0 (a PL or "
                           f"strongly convex problem); {config.problem} has mu = {constants.get('mu')}")
+    if config.shuffle_variance and constants.get("x_star") is None:
+        raise ConfigError(f"config field 'shuffle_variance': true needs a problem whose x* is known (a convex "
+                          f"problem); {config.problem} has none (set shuffle_variance = false)")
     return Setup(config, backend, problem, A, y, n, shards, dropped, constants, test_A,
                  test_y, test_bounds, info)
 
@@ -245,7 +248,7 @@ class Run:
     """One (orderer, seed) run: model, optimizer state, orderer, and the per-rank buffers."""
 
     def __init__(self, setup: Setup, orderer_name: str, seed: int):
-        self.setup, self.seed = setup, seed
+        self.setup, self.seed, self.orderer_name = setup, seed, orderer_name
         config, backend, problem = setup.config, setup.backend, setup.problem
         m, n, d, b = config.workers, setup.n, problem.dim, config.batch
         self.m, self.n, self.d, self.b = m, n, d, b
@@ -409,7 +412,10 @@ class Run:
         if s.test_A is not None:
             record.update(self._measure_test())
         if s.config.herding:
-            record["herding_inf"], record["herding_2"] = self._herding(mean_grad)
+            record["herding_inf"], record["herding_2"], record["avg_grad_error"] = \
+                self._herding(mean_grad, np.ascontiguousarray(local[:, 2:]))
+        if s.config.shuffle_variance:
+            record.update(self._shuffle_variance(epoch))
         record["balance_discrepancy"] = backend.max(getattr(self.orderer, "balance_discrepancy", 0.0)) \
             if epoch > 0 else 0.0
         record["wall_time"] = time.perf_counter() - self.wall_start
@@ -443,27 +449,53 @@ class Run:
             record["test_accuracy"] = totals[1] / totals[2]
         return record
 
-    def _herding(self, mean_grad) -> tuple[float, float]:
-        """Parallel herding (inf, 2) of the next epoch's order, on gradients at the current model."""
+    def _herding(self, mean_grad, worker_means) -> tuple[float, float, float]:
+        """Parallel herding (inf, 2) and the average gradient error of the next epoch's order, on
+        gradients at the current model, in one pass. worker_means (local, d): this rank's
+        workers' mean gradients; the error is each worker's with its own mean (docs/algorithms.md,
+        "Metrics"), averaged over the m workers in worker order."""
         s, p = self.setup, self.setup.problem
         m, n, b, d = self.m, self.n, self.b, self.d
         order = self.orderer.order[self.own_rows]
         steps_total = -(-n // b)
         chunk = max(1, CHUNK_DOUBLES // (m * d))
         prefix, peaks = np.zeros(d), np.zeros(2)
+        worker_prefix, errors = np.zeros((self.local, d)), np.zeros(self.local)
         scratch = aligned.empty((b, d))
         for first in range(0, steps_total, chunk):
             steps = min(chunk, steps_total - first)
             local = aligned.empty((self.local, steps, d))
             start = time.perf_counter()
             for w in range(self.local):
-                engine.step_sums_of_order(p.batch_grads, self.x, s.A, s.y, p.params, order, w, w * n,
-                                          first, steps, b, n, self.idx, scratch, local[w])
+                metrics.step_sums_and_grad_error(p.batch_grads, self.x, s.A, s.y, p.params, order, w, w * n,
+                                                 first, steps, b, n, self.idx, scratch, local[w],
+                                                 worker_means[w], worker_prefix[w], errors)
             self.timers["compute_time"] += time.perf_counter() - start
             gathered = self._gather(local)
             counts = np.minimum(b, n - (first + np.arange(steps)) * b).astype(np.float64)
             engine.accumulate_herding(gathered, counts, mean_grad, prefix, peaks)
-        return float(peaks[0]), float(peaks[1])
+        error = engine.sum_in_worker_order(self._gather(errors.reshape(-1, 1)))[0] / m
+        return float(peaks[0]), float(peaks[1]), float(error)
+
+    def _shuffle_variance(self, epoch: int) -> dict:
+        """The shuffling variance at x* of the next epoch's order and its bounds (docs/algorithms.md,
+        "Metrics"): every worker walks its own order at x*, the values are averaged over the m
+        workers per position (in worker order) and the largest is kept."""
+        s, p, c = self.setup, self.setup.problem, self.setup.constants
+        n, d = self.n, self.d
+        gamma = learning_rate(s.config, epoch, s, self.orderer_name) / (self.m * self.b)
+        order = self.orderer.order[self.own_rows]
+        values = np.empty((self.local, n))
+        start = time.perf_counter()
+        for w in range(self.local):
+            metrics.shuffle_variance_walk(p.batch_grads, p.full_loss, c["x_star"], s.A, s.y, p.params, order,
+                                          w, w * n, gamma, self.idx, np.empty((1, d)), np.empty(d),
+                                          np.empty(d), values[w])
+        self.timers["compute_time"] += time.perf_counter() - start
+        per_position = engine.sum_in_worker_order(self._gather(values)) / self.m
+        spread = gamma * n * c["sigma2_star"]
+        return dict(shuffle_variance=float(per_position.max()), shuffle_variance_upper=spread * c["L"] / 4,
+                    shuffle_variance_lower=spread * c["mu"] / 8)
 
 
 # Examples per worker of the warm-up's epoch (at least two steps): Numba compiles for argument

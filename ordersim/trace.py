@@ -25,6 +25,7 @@ import h5py
 import numpy as np
 
 import ordersim
+from ordersim.trace_schema import epoch_dtype
 
 
 EXIT_TRACE_WRITE = 74  # sysexits' EX_IOERR: the trace could not be written
@@ -274,12 +275,14 @@ class RunTrace:
         data[-len(values):] = values
 
     def append_epoch(self, record: dict) -> None:
-        """One measured epoch: record maps dataset names to scalars (None = not applicable). The
-        rows are flushed before epochs_completed says they are there."""
+        """One measured epoch: record maps dataset names (ordersim.trace_schema.PER_EPOCH) to
+        scalars (None = not applicable). The rows are flushed before epochs_completed says they
+        are there."""
+        dtypes = {name: epoch_dtype(name) for name in record}  # a name not in the schema: KeyError
         with self.writer.writing():
             for name, value in record.items():
                 if value is not None:
-                    self._extend(self.group, name, [value], np.int64 if name == "epoch" else np.float64)
+                    self._extend(self.group, name, [value], dtypes[name])
         with self.writer.writing():
             self.writer.file.flush()  # within the space reserved before these rows
             self.group.attrs["epochs_completed"] = int(record["epoch"])

@@ -150,6 +150,22 @@ def test_missing_dataset_loads_as_nan_and_warns(tmp_path):
     assert any("grad_norm" in note for note in df.attrs["notes"])
 
 
+def test_a_dataset_the_config_switched_on_is_expected_in_every_run(tmp_path):
+    """shuffle_variance = true in a file's config (ordersim/trace_schema.py: the field that
+    switches the dataset on) makes a run without it a warning; the new columns load."""
+    path = write_trace(tmp_path / "switched.h5")
+    with h5py.File(path, "a") as f:
+        f.attrs["config"] = json.dumps({"workers": 4, "shuffle_variance": True})
+        for orderer, seeds in f["runs"].items():
+            for seed, run in seeds.items():
+                if (orderer, seed) != ("rr", "seed_0"):
+                    run["shuffle_variance"] = np.ones(len(run["epoch"]))
+    with pytest.warns(TraceWarning, match=r"dataset 'shuffle_variance' is missing in run\(s\) rr/seed_0"):
+        df = load_runs(path)
+    assert df.loc[df.orderer == "cd-grab", "shuffle_variance"].eq(1).all()
+    assert df.loc[df.orderer == "rr", "shuffle_variance"].isna().any() and "avg_grad_error" in df
+
+
 def test_conditional_dataset_absent_everywhere_is_silent(tmp_path):
     path = write_trace(tmp_path / "nonconvex.h5", convex=False)
     with warnings.catch_warnings():

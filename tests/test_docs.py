@@ -178,3 +178,12 @@ def test_every_orderer_section_names_its_paper_code_and_reference(registry, spec
 def test_every_scheme_model_and_metric_is_in_the_spec(registry, spec, kind, form):
     missing = [name for name in registry[kind] if form.format(name) not in spec]
     assert not missing, f"docs/algorithms.md does not mention these {kind}: {', '.join(missing)}"
+
+
+def test_the_trace_formats_tables_are_the_schemas():
+    """docs/trace-format.md's dataset tables are generated from ordersim/trace_schema.py."""
+    from ordersim import trace_schema
+
+    text = (ROOT / "docs/trace-format.md").read_text(encoding="utf-8")
+    assert text.count("<!-- schema:") == len(trace_schema.TABLES)
+    assert trace_schema.generated(text) == text, "run `python -m ordersim.trace_schema`"

@@ -94,7 +94,8 @@ def test_run_rejects_bad_arguments(kwargs, words):
 # -- the command ------------------------------------------------------------------------------------
 def test_cli_writes_the_documented_hdf5_layout(tmp_path, capsys):
     out = tmp_path / "h.h5"
-    args = ["--workers", "2", "4", "--total", "2000", "--rounds", "5", "--seed", "1", "--out", str(out)]
+    args = ["--workers", "2", "4", "--total", "2000", "--rounds", "5", "--seed", "1", "--out", str(out),
+            "--orderers", *ORDERERS]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert printed.count("herding") >= 8  # a progress line per (m, orderer)
@@ -127,6 +128,22 @@ def test_cli_writes_the_documented_hdf5_layout(tmp_path, capsys):
             assert [float(x) for x in row[3:]] == pytest.approx([expected[o][-1] for o in ORDERERS], abs=1e-3)
 
 
+def test_the_default_orderers_run_centralized_ones_in_the_m_1_cell_only(tmp_path, capsys):
+    """kh-sgd and sbw (centralized) are in the m = 1 row and '-' elsewhere; cd-kh is in every row
+    and marked as ordersim's own; kh-sgd's curve is run()'s."""
+    out = tmp_path / "d.h5"
+    assert main(["--workers", "1", "2", "--total", "200", "--rounds", "2", "--quiet", "--out", str(out)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[1].split()[3:] == ["rr", "d-grab", "d-grab-pair", "cd-grab", "cd-kh*", "kh-sgd", "sbw"]
+    assert "-" not in table[2].split() and table[3].split()[-2:] == ["-", "-"]
+    assert "ordersim's own" in table[4]
+    with h5py.File(out, "r") as f:
+        assert {"cd-kh", "kh-sgd", "sbw"} <= set(f["m_1"]) and "kh-sgd" not in f["m_2"] and "cd-kh" in f["m_2"]
+        np.testing.assert_array_equal(f["m_1/kh-sgd"][()], run(1, 200, rounds=2, orderers=["kh-sgd"])["kh-sgd"])
+        # cd-kh with one worker is kh-sgd (docs/algorithms.md)
+        np.testing.assert_array_equal(f["m_1/cd-kh"][()], f["m_1/kh-sgd"][()])
+
+
 def test_cli_quiet_prints_only_the_table(tmp_path, capsys):
     out = tmp_path / "q.h5"
     assert main(["--workers", "2", "--total", "40", "--rounds", "1", "--orderers", "cd-grab", "--quiet",
@@ -139,7 +156,8 @@ def test_cli_quiet_prints_only_the_table(tmp_path, capsys):
     "args, words",
     [
         (["--orderers", "rr", "nope"], ["--orderers", "'nope'", "cd-grab", "rr"]),
-        (["--orderers", "grab"], ["--orderers", "grab", "1 worker"]),
+        (["--workers", "2", "--orderers", "grab"], ["--orderers", "grab", "1 worker", "m = 1 cell"]),
+        (["--workers", "2", "4", "--orderers", "kh-sgd"], ["--orderers", "kh-sgd", "1 worker", "cd-kh"]),
         (["--orderers", "wr"], ["--orderers", "wr", "permutations"]),
         (["--orderers", "rr", "rr"], ["--orderers", "'rr'", "twice"]),
         (["--workers", "0"], ["--workers", "0"]),

@@ -8,7 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from ordersim.metrics import balancing_discrepancy, herding, parallel_herding
+from ordersim import metrics
+from ordersim.metrics import (avg_grad_error, balancing_discrepancy, herding, parallel_avg_grad_error,
+                              parallel_herding, shuffle_variance)
 
 RTOL = 1e-12
 ATOL = 1e-12
@@ -45,6 +47,50 @@ def ref_parallel_herding(z, orders, batch=1, norm="inf", interleaved=False):
 
 def ref_discrepancy(vectors, signs):
     return float(np.abs(np.cumsum(signs[:, None] * vectors, axis=0)).max())
+
+
+def ref_avg_grad_error(z, order, mean=None):
+    mean = z.mean(axis=0) if mean is None else mean
+    running_means = np.cumsum(z[order], axis=0) / np.arange(1, len(order) + 1)[:, None]
+    return float(((running_means - mean) ** 2).sum())
+
+
+def ref_parallel_avg_grad_error(z, orders, means=None):
+    return float(np.mean([ref_avg_grad_error(z[i], orders[i], None if means is None else means[i])
+                          for i in range(len(z))]))
+
+
+# Plain-NumPy losses and gradients of two bundled problems (docs/problems.md), per example.
+def ls_loss(x, a, y, lam):
+    return 0.5 * (a @ x - y) ** 2 + lam * 0.5 * (x @ x)
+
+
+def ls_grad(x, a, y, lam):
+    return (a @ x - y) * a + lam * x
+
+
+def logistic_loss(x, a, y, lam):
+    return np.logaddexp(0.0, -y * (a @ x)) + lam * 0.5 * (x @ x)
+
+
+def logistic_grad(x, a, y, lam):
+    return -y * a / (1.0 + np.exp(y * (a @ x))) + lam * x
+
+
+def ref_shuffle_variance(loss, grad, x_star, A, y, lam, orders, gamma):
+    """max_k (1/m) sum_w D_{f_{pi_w(k)}}(x*_{w,k}, x*) / gamma, straight from the definition."""
+    m, n = orders.shape
+    values = np.zeros((m, n))
+    for w in range(m):
+        prefix = np.zeros_like(x_star)
+        for k in range(n):
+            e = w * n + orders[w, k]
+            g = grad(x_star, A[e], y[e], lam)
+            point = x_star - gamma * prefix
+            values[w, k] = (loss(point, A[e], y[e], lam) - loss(x_star, A[e], y[e], lam)
+                            - g @ (point - x_star)) / gamma
+            prefix += g
+    return float(values.mean(axis=0).max())
 
 
 SHAPES_2D = [(1, 1), (2, 3), (7, 1), (50, 16), (257, 5)]
@@ -164,6 +210,131 @@ def test_discrepancy_agrees_with_the_orderers_kernel():
     assert balancing_discrepancy(g[0], signs) == pytest.approx(discrepancy, rel=RTOL)
 
 
+# -- average gradient error ----------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", SHAPES_2D)
+def test_avg_grad_error_matches_reference(shape):
+    rng = np.random.default_rng(hash(shape) % 2**32)
+    z = rng.standard_normal(shape)
+    order = rng.permutation(shape[0])
+    np.testing.assert_allclose(avg_grad_error(z, order), ref_avg_grad_error(z, order), rtol=RTOL, atol=ATOL)
+    mean = rng.standard_normal(shape[1])
+    np.testing.assert_allclose(avg_grad_error(z, order, mean), ref_avg_grad_error(z, order, mean),
+                               rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("shape", SHAPES_3D)
+def test_parallel_avg_grad_error_is_the_workers_mean(shape):
+    rng = np.random.default_rng(sum(shape))
+    z = rng.standard_normal(shape)
+    orders = _perms(rng, shape[0], shape[1])
+    np.testing.assert_allclose(parallel_avg_grad_error(z, orders), ref_parallel_avg_grad_error(z, orders),
+                               rtol=RTOL, atol=ATOL)
+    means = rng.standard_normal((shape[0], shape[2]))
+    np.testing.assert_allclose(parallel_avg_grad_error(z, orders, means),
+                               ref_parallel_avg_grad_error(z, orders, means), rtol=RTOL, atol=ATOL)
+
+
+def test_avg_grad_error_of_a_known_order():
+    # z = +1, -1, +1, -1 ... in that order: the running mean is 1/k for odd k and 0 for even k
+    z = np.array([[1.0], [-1.0]] * 3)
+    assert avg_grad_error(z, np.arange(6)) == pytest.approx(1 + 1 / 9 + 1 / 25, rel=RTOL)
+    assert avg_grad_error(np.ones((5, 3)), np.arange(5)) == 0.0
+
+
+def test_the_simulators_pass_gives_the_metric_and_herdings_step_sums():
+    """step_sums_and_grad_error (what the simulator calls) over a few chunks of steps, with a
+    short last step: the step sums are the per-example gradients added in visit order from 0.0
+    (the step loops' sums) bit for bit, and the error is avg_grad_error's of those gradients."""
+    from ordersim.problems import make_problem
+
+    rng = np.random.default_rng(3)
+    n, p, b = 11, 4, 3
+    problem = make_problem("least-squares", p, lam=0.1)
+    A, y = rng.standard_normal((2 * n, p)), rng.standard_normal(2 * n)
+    x = rng.standard_normal(p)
+    orders = _perms(rng, 2, n)
+    grads = np.empty((2 * n, p))
+    problem.batch_grads(x, A, y, np.arange(2 * n), problem.params, grads)
+    means = grads.reshape(2, n, p).mean(axis=1)
+    steps = -(-n // b)
+    totals, idx, scratch = np.zeros(2), np.empty(b, dtype=np.int64), np.empty((b, p))
+    for w in range(2):
+        prefix, sums, expected = np.zeros(p), np.empty((steps, p)), np.empty((steps, p))
+        for first in (0, 2, 3):  # chunks of 2, 1 and 1 steps
+            count = {0: 2, 2: 1, 3: 1}[first]
+            metrics.step_sums_and_grad_error(problem.batch_grads, x, A, y, problem.params, orders, w, w * n,
+                                             first, count, b, n, idx, scratch, sums[first:first + count],
+                                             means[w], prefix, totals)
+        for s in range(steps):
+            expected[s] = 0.0
+            for e in orders[w, s * b:(s + 1) * b]:
+                expected[s] += grads[w * n + e]
+        assert sums.tobytes() == expected.tobytes()
+    z = grads.reshape(2, n, p)
+    np.testing.assert_allclose(totals.mean(), parallel_avg_grad_error(z, orders, means), rtol=1e-12)
+    np.testing.assert_allclose(totals.mean(), ref_parallel_avg_grad_error(z, orders, means), rtol=1e-12)
+
+
+# -- shuffling variance ----------------------------------------------------------------------------------
+def _problem_data(name, m, n, p, seed):
+    from ordersim.problems import make_problem
+
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((m * n, p))
+    y = rng.standard_normal(m * n) if name == "least_squares" else rng.choice([-1.0, 1.0], m * n)
+    problem = make_problem(name.replace("_", "-"), p, lam=0.05)
+    return problem, A, y, rng.standard_normal(p) * 0.3, _perms(rng, m, n)
+
+
+@pytest.mark.parametrize("name, loss, grad", [("least_squares", ls_loss, ls_grad),
+                                              ("logistic", logistic_loss, logistic_grad)])
+@pytest.mark.parametrize("m, n", [(1, 1), (1, 17), (3, 8)])
+def test_shuffle_variance_matches_reference(name, loss, grad, m, n):
+    # any point serves as x*: the definition does not need the gradients to sum to zero there
+    problem, A, y, x_star, orders = _problem_data(name, m, n, 5, 7 * m + n)
+    gamma = 0.05
+    got = shuffle_variance(problem, x_star, A, y, orders, gamma)
+    expected = ref_shuffle_variance(loss, grad, x_star, A, y, 0.05, orders, gamma)
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_shuffle_variance_of_a_quadratic_is_its_closed_form():
+    """For least squares D_f(u, w) = ((a.(u - w))^2 + lam ||u - w||^2) / 2 exactly, so the value
+    is max_k (gamma / 2m) sum_w ((a_e . P_{w,k})^2 + lam ||P_{w,k}||^2), P the prefix at x*."""
+    problem, A, y, x_star, orders = _problem_data("least_squares", 2, 12, 4, 1)
+    gamma = 0.3
+    m, n = orders.shape
+    values = np.zeros((m, n))
+    for w in range(m):
+        prefix = np.zeros(4)
+        for k in range(n):
+            e = w * n + orders[w, k]
+            values[w, k] = gamma / 2 * ((A[e] @ prefix) ** 2 + 0.05 * prefix @ prefix)
+            prefix += ls_grad(x_star, A[e], y[e], 0.05)
+    np.testing.assert_allclose(shuffle_variance(problem, x_star, A, y, orders, gamma),
+                               values.mean(axis=0).max(), rtol=1e-8)
+
+
+def test_shuffle_variance_of_random_orders_lies_between_its_bounds():
+    """Mishchenko, Khaled, Richtarik (2020), Prop. 2: gamma mu n sigma*^2 / 8 <= sigma^2_Shuffle <=
+    gamma L n sigma*^2 / 4 at the true x*, estimated here over 400 random orders of one data set
+    (400 workers holding copies of the same n examples: the mean over workers is the expectation)."""
+    from ordersim.problems import make_problem
+
+    rng = np.random.default_rng(2)
+    n, p, copies, lam, gamma = 10, 3, 400, 0.5, 0.01
+    a, b = rng.standard_normal((n, p)), rng.standard_normal(n)
+    x_star = np.linalg.solve(a.T @ a / n + lam * np.eye(p), a.T @ b / n)
+    problem = make_problem("least-squares", p, lam=lam)
+    orders = _perms(rng, copies, n)
+    value = shuffle_variance(problem, x_star, np.tile(a, (copies, 1)), np.tile(b, copies), orders, gamma)
+    grads = (a @ x_star - b)[:, None] * a + lam * x_star
+    sigma2 = (grads ** 2).sum(axis=1).mean()
+    eig = np.linalg.eigvalsh(np.einsum("ij,ik->ijk", a, a) + lam * np.eye(p))
+    L, mu = eig.max(), np.linalg.eigvalsh(a.T @ a / n + lam * np.eye(p)).min()
+    assert gamma * mu * n * sigma2 / 8 <= value <= gamma * L * n * sigma2 / 4
+
+
 # -- validation -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "call, words",
@@ -218,7 +389,12 @@ out = {
     "parallel": metrics.parallel_herding(z, orders, batch=3),
     "interleaved": metrics.parallel_herding(z, orders, batch=3, norm="2", interleaved=True),
     "discrepancy": metrics.balancing_discrepancy(v, s),
+    "avg_grad_error": metrics.parallel_avg_grad_error(z, orders),
 }
+from ordersim.problems import make_problem
+problem = make_problem("logistic", 4, lam=0.05)
+A = rng.standard_normal((60, 4)); y = rng.choice([-1.0, 1.0], 60); x = rng.standard_normal(4) * 0.3
+out["shuffle_variance"] = metrics.shuffle_variance(problem, x, A, y, orders, 0.05)
 try:
     metrics.herding(z[0], orders[0][::-1] * 0)
 except ValueError as error:
@@ -243,7 +419,11 @@ def test_metrics_run_without_numba_jit():
         "parallel": ref_parallel_herding(z, orders, 3),
         "interleaved": ref_parallel_herding(z, orders, 3, "2", True),
         "discrepancy": ref_discrepancy(v, s),
+        "avg_grad_error": ref_parallel_avg_grad_error(z, orders),
     }
+    A, y, x = rng.standard_normal((60, 4)), rng.choice([-1.0, 1.0], 60), rng.standard_normal(4) * 0.3
+    np.testing.assert_allclose(got["shuffle_variance"], ref_shuffle_variance(
+        logistic_loss, logistic_grad, x, A, y, 0.05, orders, 0.05), rtol=1e-9)
     for key, value in expected.items():
         np.testing.assert_allclose(got[key], value, rtol=RTOL, atol=ATOL, err_msg=key)
     assert "permutation" in got["error"]

@@ -17,7 +17,8 @@ from conftest import ROOT, mpiexec_path, run_mpi
 from ordersim.orderers import available_orderers, orderer_class
 
 SMALL = ["--epochs", "3", "--workers", "4", "--batch", "3", "--seeds", "0", "1", "--quiet",
-         "--record-orders", "--trace-every", "5", "--orderers", "rr", "d-grab", "cd-grab", "d-grab-pair"]
+         "--record-orders", "--trace-every", "5", "--shuffle-variance",
+         "--orderers", "rr", "d-grab", "cd-grab", "d-grab-pair"]
 TIMING = {"wall_time", "compute_time", "order_time", "comm_time", "compile_time"}
 
 
@@ -88,6 +89,8 @@ def test_serial_trace_has_documented_layout(serial_trace):
                              "wall_time", "compute_time", "order_time", "comm_time"):
                     assert run[name].shape == (4,), name
                 assert np.all(run["suboptimality"][()] > -1e-9)
+                assert np.all(run["avg_grad_error"][()] > 0) and np.all(run["shuffle_variance"][()] > 0)
+                assert np.all(run["shuffle_variance_lower"][()] < run["shuffle_variance_upper"][()])
                 assert run["train_loss"][-1] < run["train_loss"][0]
                 orders = run["orders"][()]
                 assert orders.shape == (4, m, n) and orders.dtype == np.int32
@@ -102,6 +105,34 @@ def test_serial_trace_has_documented_layout(serial_trace):
                 assert np.all(np.diff(run[name][()]) > 0), (orderer, name, run[name][()])
             assert run["compute_time"][-1] < run["wall_time"][-1]
     assert "final loss" in result.stdout and str(path) in result.stdout
+
+
+def test_serial_trace_matches_the_schema(serial_trace):
+    """Every dataset of the trace is a row of ordersim/trace_schema.py with its dtype and number of
+    dimensions, every dataset the schema says is always written is there, and so is every one that
+    this run's settings switch on."""
+    from ordersim import trace_schema
+    from ordersim.trace import run_datasets
+
+    path, _ = serial_trace
+    rows = {e.name: e for table in (trace_schema.PER_EPOCH, trace_schema.PER_RUN) for e in table}
+    with h5py.File(path, "r") as f:
+        for entry in trace_schema.ROOT:  # the run is convex: x_star is there too
+            assert f[entry.name].dtype == entry.dtype and f[entry.name].ndim == entry.ndim, entry.name
+        for orderer, seeds in f["runs"].items():
+            for seed, run in seeds.items():
+                found = run_datasets(run)
+                for name, data in found.items():
+                    assert name in rows, f"{orderer}/{seed}: {name} is not in the schema"
+                    assert data.dtype == rows[name].dtype, name
+                    assert data.ndim == rows[name].ndim, name
+                expected = {e.name for e in trace_schema.PER_EPOCH
+                            if e.always or e.config_field in ("herding", "shuffle_variance")}
+                expected |= {"suboptimality", "dist_to_opt", "test_loss", "test_accuracy", "train_accuracy",
+                             "orders", "steps/epoch", "steps/step", "steps/loss"}
+                assert expected <= set(found), expected - set(found)
+                assert all(len(found[e.name]) == len(found["epoch"]) for e in trace_schema.PER_EPOCH
+                           if e.name in found)
 
 
 def test_a_short_runs_chunks_hold_no_more_than_its_rows(serial_trace):
@@ -142,7 +173,7 @@ def test_mpi_traces_are_bitwise_identical_to_serial(serial_trace, tmp_path, rank
 OTHER_ORDERERS = sorted(name for name in available_orderers()
                         if not orderer_class(name).centralized_alternatives and name not in SMALL)
 OTHERS = ["--epochs", "2", "--workers", "4", "--batch", "2", "--seeds", "0", "--quiet", "--record-orders",
-          "--orderers", *OTHER_ORDERERS]
+          "--shuffle-variance", "--orderers", *OTHER_ORDERERS]
 
 
 def test_orderers_whose_rule_needs_the_run_length_get_it(tmp_path):
@@ -238,6 +269,7 @@ def test_every_source_gives_the_serial_trace_on_2_and_4_ranks(tmp_path, source):
     (["--momentum", "abc"], "momentum"),
     (["--exchange", "shm"], "exchange"),
     (["--stall-timeout", "-5"], "stall_timeout"),
+    (["--problem", "nonconvex-logistic", "--shuffle-variance"], "shuffle_variance"),  # no x*
     # sizes no machine holds: refused from an estimate, before anything is allocated
     (["--problem", "least-squares", "--data", "synthetic:regression?n=100000000000&d=20"], "data"),
     (["--problem", "least-squares", "--data", "synthetic:regression?n=100&d=100000000"], "data"),
