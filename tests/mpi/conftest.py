@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 import pytest
 from mpi4py import MPI
@@ -23,6 +24,25 @@ _passed: list[str] = []
 @pytest.fixture(scope="session")
 def comm():
     return WORLD
+
+
+def idle_barrier(comm) -> None:
+    """A barrier that sleeps while it waits: MPICH's blocking collectives spin, and with more
+    ranks than cores the spinning ranks would slow the one they wait for."""
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(0.005)
+
+
+@pytest.fixture(scope="session")
+def on_rank_0():
+    """on_rank_0(func): func() computed on rank 0 alone (e.g. a serial reference, compiled once
+    per job rather than on every rank) while the others sleep; its result on every rank."""
+    def compute(func):
+        result = func() if WORLD.rank == 0 else None
+        idle_barrier(WORLD)
+        return WORLD.bcast(result)
+    return compute
 
 
 @pytest.fixture
