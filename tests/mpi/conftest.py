@@ -4,7 +4,9 @@ tests/test_mpi_layer.py launches `mpiexec -n R python -m mpi4py -m pytest tests/
 run of the suite does not collect this folder (tests/conftest.py). Every rank runs every test, in
 the same order, on MPI_COMM_WORLD. A failure on one rank would leave the others waiting in the
 next collective, so a failed test prints its report and aborts the whole job (MPI_Abort); each
-rank writes its counts to ORDERSIM_MPI_REPORTS/rank-R.json for the driver to check.
+rank writes its counts to ORDERSIM_MPI_REPORTS/rank-R.json for the driver to check. Collective
+clean-up belongs in fixtures (their teardown runs after that abort), never in a `finally` of the
+test, which would wait for ranks that never come.
 """
 
 import json
