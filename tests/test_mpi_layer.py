@@ -73,7 +73,7 @@ def test_a_failure_on_one_rank_ends_the_job_with_its_report(tmp_path):
     (layer / "test_failing.py").write_text(FAILS_ON_ONE_RANK)
     returncode, output = run_layer(2, layer, tmp_path, cwd=tmp_path, timeout=120)
     assert returncode != 0, output
-    assert ("rank 1 of 2: test_failing.py::test_fails_on_the_last_rank_before_a_barrier_the_others_wait_in "
-            "failed (call)") in output, output
+    assert ("rank 1 of 2: layer/test_failing.py::"
+            "test_fails_on_the_last_rank_before_a_barrier_the_others_wait_in failed (call)") in output, output
     assert "failed on purpose" in output
     assert not list(tmp_path.glob("rank-*.json")), output

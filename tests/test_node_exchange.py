@@ -80,6 +80,7 @@ NO_SCHED_YIELD = textwrap.dedent("""
     import numpy as np
     from numba import typeof
 
+    from ordersim import node_exchange
 
     assert not node_exchange.AVAILABLE
     link = (0, 0, np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(1, np.int64), np.zeros(6))
