@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from ordersim.backend import LAUNCHER_VARIABLES
+
 ROOT = Path(__file__).resolve().parents[1]
+
+# tests/mpi/ runs inside the ranks of an MPI job (tests/test_mpi_layer.py launches it): a plain
+# `pytest` run collects it only through that driver.
+collect_ignore = [] if any(v in os.environ for v in LAUNCHER_VARIABLES) else ["mpi"]
 
 
 def mpiexec_path() -> str:

@@ -83,38 +83,4 @@ def test_the_step_loops_arrays_start_on_a_line(tmp_path):
     assert np.array_equal(restored.x, run.x)
 
 
-SCATTERED_ROWS_SCRIPT = """
-import sys
-import numpy as np
-from mpi4py import MPI
-from ordersim.backend import MPIBackend, SerialBackend
-from ordersim.config import build_config
-from ordersim.simulate import check_fields, prepare
-
-comm = MPI.COMM_WORLD
-values = dict(data="sklearn:breast_cancer", test_fraction=0.25, workers=2 * comm.size, orderers=["rr"],
-              seeds=[0], quiet=True)
-config = check_fields(build_config(values), comm.size)
-backend = MPIBackend(config.workers, comm)
-setup = prepare(config, backend)
-lines = [a.ctypes.data % 64 == 0 for a in (setup.A, setup.test_A)]
-# the same rows as this rank's workers' shard of the serial setup
-whole = prepare(check_fields(build_config(values), 1), SerialBackend(config.workers))
-rows = slice(comm.rank * setup.A.shape[0], (comm.rank + 1) * setup.A.shape[0])
-same = np.array_equal(setup.A, whole.A[rows])
-backend.close()
-print(f"rank {comm.rank}: on lines {lines}, same rows {same}")
-sys.exit(0 if all(lines) and same else 1)
-"""
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_rows_rank_0_sends_start_on_a_line(ranks):
-    """The scikit-learn sets are loaded by rank 0, which sends every rank its rows: they arrive
-    in a buffer that starts on a cache line, training and test rows alike."""
-    from conftest import run_mpi
-
-    result = run_mpi(ranks, ["-c", SCATTERED_ROWS_SCRIPT])
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count("on lines [True, True], same rows True") == ranks, result.stdout
+# The rows rank 0 sends every rank start on a cache line too: tests/mpi/test_epoch_loop_mpi.py.

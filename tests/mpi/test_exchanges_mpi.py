@@ -1,0 +1,126 @@
+"""The step's exchanges inside the ranks: the jitted MPI_Allgather (ordersim/jit_mpi.py) and the
+shared-memory exchange (ordersim/node_exchange.py) deliver what mpi4py's Allgather does."""
+
+import os
+import time
+
+import numpy as np
+import pytest
+from numba import njit
+
+from ordersim import node_exchange
+from ordersim.backend import MPIBackend
+from ordersim.jit_mpi import allgather, comm_handle
+from ordersim.node_exchange import exchange
+
+
+@njit
+def jitted_allgather(send, recv, comm):
+    return allgather(send, recv, comm)
+
+
+def test_jitted_allgather_matches_mpi4py_on_the_world_and_a_split_communicator(comm):
+    # a split communicator's MPICH handle has the high bit set, unlike MPI_COMM_WORLD's
+    rng = np.random.default_rng(comm.rank)
+    split = comm.Split(comm.rank % 2, comm.rank)
+    for c in (comm, split):
+        for shape in ((3,), (2, 5), (2, 1, 7)):
+            send = rng.standard_normal(shape)
+            got = np.empty((c.size * shape[0],) + shape[1:])
+            want = np.empty_like(got)
+            error = jitted_allgather(send, got, comm_handle(c))
+            c.Allgather(send, want)
+            assert error == 0 and np.array_equal(got, want), (c.rank, shape)
+    split.Free()
+
+
+CALLS = 3000
+
+
+@pytest.fixture
+def backends(comm):
+    """backends(*options): a new MPIBackend on the world; all are closed (collectively) in the
+    teardown, after a failed test has aborted the job rather than in a `finally` that could wait
+    for ranks that never come."""
+    made = []
+
+    def make(*options):
+        made.append(MPIBackend(comm.size, comm, *options))
+        return made[-1]
+
+    yield make
+    for backend in made:
+        backend.close()
+
+
+@njit
+def exchange_many(link, rank, size, calls, received):
+    # Rank- and call-dependent work before each exchange, so that the ranks arrive in a changing
+    # order and a rank that is ahead overwrites its slot while others still read.
+    errors = 0
+    send = np.empty(size)
+    spin = 0.0
+    for c in range(calls):
+        for i in range(((c * 7 + rank * 3) % 5) * 400):
+            spin += 1e-9 * i
+        for i in range(size):
+            send[i] = rank * 1e6 + c * 1e2 + i
+        errors += exchange(send, received[c], link)
+    return errors + (spin < 0)
+
+
+def expected_rows(ranks, calls, size):
+    q, c, i = np.meshgrid(np.arange(ranks), np.arange(calls), np.arange(size))
+    return (q * 1e6 + c * 1e2 + i).reshape(calls, ranks * size)
+
+
+def test_shared_memory_exchange_delivers_what_allgather_does_call_after_call(comm, backends):
+    """No stale slot over many calls with skewed arrivals, across a growth of the window."""
+    backend = backends()
+    assert backend.exchange == "shared-memory"
+    for size in (5, 64, 300):  # 300 outgrows the first window: reallocated, collectively
+        received = np.empty((CALLS, comm.size * size))
+        errors = exchange_many(backend.exchange_link(size), comm.rank, size, CALLS, received)
+        assert errors == 0 and np.array_equal(received, expected_rows(comm.size, CALLS, size)), size
+
+
+@pytest.mark.skipif(not node_exchange.SLEEPS, reason="waits sleep only on Linux with futexes, jitted")
+def test_a_rank_that_waits_long_sleeps_instead_of_spinning(comm, backends):
+    link = backends().exchange_link(5)
+    send, got = np.zeros(5), np.empty(comm.size * 5)
+    exchange(send, got, link)  # compiled and warm before the clock starts
+    comm.Barrier()
+    if comm.rank != 0:
+        time.sleep(2.0)
+    cpu = time.thread_time()
+    exchange(send, got, link)
+    cpu = time.thread_time() - cpu
+    # spinning, even with sched_yield between reads, would use the core for most of the 2 s
+    assert comm.rank != 0 or cpu < 0.2, f"rank 0 used {cpu:.2f} s of a core while it waited 2 s"
+
+
+def test_on_one_core_the_exchange_is_oversubscribed_and_still_exact(comm, backends):
+    """Every rank pinned to one core: more ranks than cores, so the waits sleep at once."""
+    before = os.sched_getaffinity(0)
+    core = comm.bcast(min(before))
+    os.sched_setaffinity(0, {core})
+    try:
+        link = backends().exchange_link(5)
+        assert link[4][node_exchange.SPIN_LIMIT] == node_exchange.SPINS_BEFORE_SLEEP_OVERSUBSCRIBED
+        calls = 200
+        received = np.empty((calls, comm.size * 5))
+        assert exchange_many(link, comm.rank, 5, calls, received) == 0
+        assert np.array_equal(received, expected_rows(comm.size, calls, 5))
+    finally:
+        os.sched_setaffinity(0, before)  # this rank's alone: no other rank needed
+
+
+def test_exchange_allgather_uses_mpi_allgather(comm, backends):
+    backend = backends("allgather")
+    link = backend.exchange_link(8)
+    assert backend.exchange == "allgather" and link[3].shape[0] == 0
+    send, got, want = np.full(8, float(comm.rank)), np.empty(comm.size * 8), np.empty(comm.size * 8)
+    assert exchange(send, got, link) == 0
+    comm.Allgather(send, want)
+    assert np.array_equal(got, want)
+    assert link[4][0] == 1  # the watchdog's progress: one exchange counted
