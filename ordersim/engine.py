@@ -485,8 +485,7 @@ def epoch_steps(model, data, rule, observer, exchange, recording):
                 out = kept[w]
             else:
                 out = scratch
-            worker_loss = worker_step(x, A, y, params, order, w, w * n, pos, count,
-                                      idx, out, sums[w])
+            worker_loss = worker_step(x, A, y, params, order, w, w * n, pos, count, idx, out, sums[w])
             if pairs and (count > 1 or held % 2 == 1):
                 fold_pairs(scratch, count, held, kept[w])
             if exchange is None:
