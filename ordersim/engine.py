@@ -437,8 +437,8 @@ needs no MPI library).
     workers' sums are added in worker order, whichever rank computed them: the traces are bitwise
     the same on any number of ranks. Python-level calls per step cost more than the step itself
     at small b (dispatch of ~20 arguments, mpi4py's wrapper): hence one call per epoch, with the
-    problem's kernel a global of the loop's copy (problem_loop; the serial loop is cached on disk). Compiled without Numba's reference counting
-    (_nrt=False; it allocates nothing): the views taken per worker and step would otherwise each
+    problem's kernel a global of the loop's copy (problem_loop; the serial one is cached on disk).
+    Compiled without Numba's reference counting (_nrt=False; it allocates nothing): the views taken per worker and step would otherwise each
     cost two atomic operations, which wait for the step's outstanding memory loads (a third of
     rr's serial epoch at N = 200 000, d = 128); without the GIL: the stall watchdog's thread must
     run while it waits in an exchange.
