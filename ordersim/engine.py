@@ -438,10 +438,10 @@ needs no MPI library).
     the same on any number of ranks. Python-level calls per step cost more than the step itself
     at small b (dispatch of ~20 arguments, mpi4py's wrapper): hence one call per epoch, with the
     problem's kernel a global of the loop's copy (problem_loop; the serial one is cached on disk).
-    Compiled without Numba's reference counting (_nrt=False; it allocates nothing): the views taken per worker and step would otherwise each
-    cost two atomic operations, which wait for the step's outstanding memory loads (a third of
-    rr's serial epoch at N = 200 000, d = 128); without the GIL: the stall watchdog's thread must
-    run while it waits in an exchange.
+    Compiled without Numba's reference counting (_nrt=False; it allocates nothing): the views
+    taken per worker and step would otherwise each cost two atomic operations, which wait for the
+    step's outstanding memory loads (a third of rr's serial epoch at N = 200 000, d = 128);
+    without the GIL: the stall watchdog's thread must run while it waits in an exchange.
     """
     return problem_loop(epoch_steps, batch_grads, exchanging, _nrt=False, nogil=True)
 
