@@ -6,9 +6,11 @@
 Numba signals every real compilation (not a load from its on-disk cache) with a "numba:compile"
 event; the first one inside the block prints "compiling ...", and the block's end prints the
 seconds the compilations took, split into kernels that Numba caches on disk (compiled once per
-machine and code state: `python -m ordersim warm` can do it ahead of a job) and the step loops
-that take the problem's kernel as an argument, which Numba cannot cache (numba#2956) and which
-every process compiles. Nothing is printed when nothing compiled, e.g. under NUMBA_DISABLE_JIT=1.
+machine and code state: `python -m ordersim warm` can do it ahead of a job) and the kernels
+Numba cannot cache, which every process compiles (the MPI backend's step loop: its exchange calls C
+functions through ctypes pointers). A compilation inside a cacheable one (an uncached helper it
+calls) counts as cacheable: its machine code is cached with the caller's. Nothing is printed when
+nothing compiled, e.g. under NUMBA_DISABLE_JIT=1.
 """
 
 import sys
@@ -25,7 +27,8 @@ def _cacheable(compile_event) -> bool:
 
 class CompileTimer(event.Listener):
     """Seconds of Numba compilation, each charged to the innermost compilation in progress:
-    seconds[True] for cacheable kernels, seconds[False] for the others."""
+    seconds[True] for cacheable kernels (and the compilations inside them), seconds[False] for
+    the others."""
 
     def __init__(self, what: str, enabled: bool):
         self.what, self.enabled = what, enabled
@@ -45,7 +48,7 @@ class CompileTimer(event.Listener):
         if self.enabled and not self.compiled:
             print(f"ordersim: compiling {self.what} ...", file=sys.stderr, flush=True)
         self.compiled = True
-        self.stack.append(_cacheable(compile_event))
+        self.stack.append(_cacheable(compile_event) or (bool(self.stack) and self.stack[-1]))
 
     def on_end(self, _event):
         self._charge()
@@ -59,7 +62,7 @@ class CompileTimer(event.Listener):
                          f"or after a code change; cached after)")
         if per_process:
             parts.append(f"{per_process:.1f} s for kernels Numba cannot cache, compiled in every "
-                         f"process (the step loops: they take the problem's kernel as an argument)")
+                         f"process (the MPI backend's step loop: its exchange calls C through ctypes)")
         return f"ordersim: compiled {self.what} in {cached + per_process:.1f} s: " + "; ".join(parts)
 
 

@@ -8,13 +8,14 @@ visit order, and the workers' sums are added in worker order. That is what makes
 identical whatever the number of ranks.
 """
 
+from types import FunctionType
 from typing import NamedTuple
 
 import numpy as np
 from numba import config, njit, types
 from numba.core.types.function_type import CompileResultWAP
 
-from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
+from ordersim import numba_cache  # before the cached kernels: stamps them
 from ordersim.jit_clock import seconds
 from ordersim.orderers._state import OBSERVE_ARGS, state_kernel
 from ordersim.prefetch import prefetch_row
@@ -39,9 +40,15 @@ def compile_for_steps(batch_grads) -> None:
         pass  # with its own options already; the loops call whichever accepts their arrays
 
 
-# takes the problem's kernel as an argument: not cacheable (numba#2956); _nrt: see epoch_loop
-@njit(inline="always", error_model="numpy", _nrt=False)
-def worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum):
+# The loops' code below (worker_step, worker_examples, epoch_steps; metrics.herding_steps) calls the
+# problem's kernel, and the MPI loop the exchange, by global names that problem_loop binds in each
+# problem's jitted copies; here they hold the serial loop's values (the exchange's names only in
+# branches that an exchange of None removes at compile time).
+batch_grads = None
+STALLED, STEP, collect, exchange_rows, publish = -1, 0, None, None, None
+
+
+def worker_step(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum):
     """Gradients of one worker's next `count` examples (visit positions pos..pos+count-1).
 
     Local example e of local row `row` is row base + e of A. Writes the per-example gradients to
@@ -50,14 +57,11 @@ def worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx,
     loop's memory-bound epoch at b = 1 took 15 % less time that way (docs/performance.md).
     """
     if count == 1:
-        return worker_examples(batch_grads, x, A, y, params, order, row, base, pos, 1, idx, grads,
-                               grad_sum)
-    return worker_examples(batch_grads, x, A, y, params, order, row, base, pos, count, idx, grads,
-                           grad_sum)
+        return worker_examples(x, A, y, params, order, row, base, pos, 1, idx, grads, grad_sum)
+    return worker_examples(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum)
 
 
-@njit(error_model="numpy", _nrt=False)
-def worker_examples(batch_grads, x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum):
+def worker_examples(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum):
     """worker_step's work. The rows of the worker's next `count` examples are prefetched first,
     to arrive while these are computed."""
     for r in range(pos + count, min(pos + 2 * count, order.shape[1])):
@@ -337,12 +341,74 @@ class EpochInputs(NamedTuple):
     recording: Recording
 
 
-_EPOCH_LOOPS = {}
+_LOOPS, _NAMES = {}, {}
+# worker_step and worker_examples, jitted in each problem's copies with these options (_nrt: see
+# epoch_loop); inlined, or called from the loops, they take no kernel argument: a dispatcher
+# passed as a value is a constant of the process (its id) in the machine code, not cacheable
+_STEP_HELPERS = {"worker_step": dict(inline="always", _nrt=False), "worker_examples": dict(_nrt=False)}
+
+
+def _problem_names(kernel, exchanging: bool) -> dict:
+    """This module's globals with the problem's kernel and its jitted step helpers (and the
+    exchange's names) bound: the globals of the problem's loops."""
+    key = (kernel, exchanging)
+    names = _NAMES.get(key)
+    if names is not None:
+        return names
+    names = dict(globals(), batch_grads=kernel)
+    if exchanging:
+        from ordersim import node_exchange, stall
+
+        names.update(STALLED=node_exchange.STALLED, STEP=stall.STEP, collect=node_exchange.collect,
+                     exchange_rows=node_exchange.exchange, publish=node_exchange.publish)
+    for name, options in _STEP_HELPERS.items():
+        helper = _copy(globals()[name], names)
+        names[name] = helper if config.DISABLE_JIT else njit(error_model="numpy", **options)(helper)
+    _NAMES[key] = names
+    return names
+
+
+def _copy(function, names: dict, qualname: str | None = None):
+    """The plain function `function` with globals `names` (and the given qualified name)."""
+    copy = FunctionType(function.__code__, names, function.__name__, function.__defaults__)
+    copy.__qualname__ = qualname or function.__qualname__
+    copy.__doc__, copy.__module__ = function.__doc__, function.__module__
+    return copy
+
+
+def problem_loop(template, kernel, exchanging: bool = False, **options):
+    """The jitted copy of `template` (a plain function of this module, or of another that calls
+    worker_step) whose global
+    ``batch_grads`` is the problem's `kernel` (and, with `exchanging`, whose exchange names are
+    node_exchange's), compiled with njit(error_model="numpy", **options), once per process.
+
+    A loop that took the kernel as an argument, or closed over it, could not be cached on disk
+    (numba#2956): as a global of the copy it can. The copy's qualified name carries
+    numba_cache.kernel_digest(kernel) (the kernel's name, file and source state), so every
+    problem's loop has its own cache entry, stamped by this file and ordersim's tree and
+    recompiled when the kernel's source changes. The MPI loop is not cached: the exchange calls C
+    functions through ctypes pointers (sched_yield, futex, MPI_Allgather), which Numba does not
+    cache, and every process compiles it."""
+    key = (template, kernel, exchanging)
+    loop = _LOOPS.get(key)
+    if loop is not None:
+        return loop
+    digest = numba_cache.kernel_digest(kernel)
+    names = _problem_names(kernel, exchanging)
+    if template.__globals__ is not globals():  # another module's template (metrics' herding pass)
+        names = dict(template.__globals__, **{name: names[name] for name in ("batch_grads", *_STEP_HELPERS)})
+    loop = _copy(template, names,
+                 f"{template.__name__}_{'mpi' if exchanging else 'serial'}_{digest or 'uncached'}")
+    if not config.DISABLE_JIT:
+        loop = njit(error_model="numpy", cache=digest is not None and not exchanging, **options)(loop)
+    _LOOPS[key] = loop
+    return loop
 
 
 def epoch_loop(batch_grads, exchanging: bool = False):
     """The epoch of both backends, every step, its exchange and the orderer's kernel in one jitted
-    call, compiled once per problem kernel (and once more for the MPI backend's exchange):
+    call, compiled once per problem kernel (and once more for the MPI backend's exchange; the
+    orderer's kernel is a first-class function argument, so every orderer shares it):
 
         steps = epoch_loop(batch_grads, exchanging)(model, data, rule, observer, exchange, recording)
 
@@ -375,151 +441,141 @@ needs no MPI library).
     workers' sums are added in worker order, whichever rank computed them: the traces are bitwise
     the same on any number of ranks. Python-level calls per step cost more than the step itself
     at small b (dispatch of ~20 arguments, mpi4py's wrapper): hence one call per epoch, with the
-    problem's kernel bound in the closure. Compiled without Numba's reference counting
-    (_nrt=False; it allocates nothing): the views taken per worker and step would otherwise each
-    cost two atomic operations, which wait for the step's outstanding memory loads (a third of
-    rr's serial epoch at N = 200 000, d = 128); without the GIL: the stall watchdog's thread must
-    run while it waits in an exchange.
+    problem's kernel a global of the loop's copy (problem_loop; the serial one is cached on disk).
+    Compiled without Numba's reference counting (_nrt=False; it allocates nothing): the views
+    taken per worker and step would otherwise each cost two atomic operations, which wait for the
+    step's outstanding memory loads (a third of rr's serial epoch at N = 200 000, d = 128);
+    without the GIL: the stall watchdog's thread must run while it waits in an exchange.
     """
-    kernel = _EPOCH_LOOPS.get((batch_grads, exchanging))
-    if kernel is not None:
-        return kernel
-    if exchanging:
-        from ordersim.node_exchange import STALLED, collect, exchange as exchange_rows, publish
-        from ordersim.stall import STEP
-    else:  # only named in the branches an exchange of None removes at compile time
-        STALLED, STEP, collect, exchange_rows, publish = -1, 0, None, None, None
+    return problem_loop(epoch_steps, batch_grads, exchanging, _nrt=False, nogil=True)
 
-    @njit(error_model="numpy", _nrt=False, nogil=True)
-    def kernel(model, data, rule, observer, exchange, recording):
-        x, velocity = model.x, model.velocity
-        A, y, params, order, n, b, idx = data.A, data.y, data.params, data.order, data.n, data.b, data.idx
-        history, coef, total = rule.history, rule.coef, rule.total
-        mode, observe, state, kept, scratch = (observer.mode, observer.observe, observer.state,
-                                               observer.kept, observer.scratch)
-        local, d = order.shape[0], x.shape[0]
-        slots, m = history.shape[0], history.shape[1]
-        width = kept.shape[1]  # of a CHUNKED mode's chunks
-        pairs = mode == PAIR_DIFFERENCES
-        span = b if b % 2 == 0 else 2 * b  # positions from a pair's end to the next step ending on one
-        held = k = last_count = 0  # held: positions per worker kept in a chunk, not yet observed
-        pos = np.int64(0)  # not a literal 0, for which Numba would compile worker_step once more
-        compute = communicate = ordering = 0.0
-        finite = True
-        status = 0  # of the step's exchanges: STALLED ends the loop
-        previous = kept  # GATHERED: every worker's gradients of the step before
-        while pos < n:
-            count = min(b, n - pos)
-            step = rule.first_step + k
-            t0 = seconds()
-            if k > 0:
-                finite = update_after_step(x, velocity, history, coef, k - 1, step - 1, last_count,
-                                           rule.coded, rule.lr, rule.momentum, rule.weight_decay, total)
-                if not finite:
-                    break
-            sums = history[step % slots] if exchange is None else exchange.local_sums
-            loss = 0.0
-            for w in range(local):
-                # the kernel writes straight into kept where it can (no copy through scratch)
-                if mode == GRADIENTS:
-                    out = kept[w, held:held + count]
-                elif pairs and count == 1 and held % 2 == 0:  # a pair's first gradient
-                    out = kept[w, held // 2:held // 2 + 1]
-                elif mode == EACH_STEP or mode == GATHERED:
-                    out = kept[w]
-                else:
-                    out = scratch
-                worker_loss = worker_step(batch_grads, x, A, y, params, order, w, w * n, pos, count,
-                                          idx, out, sums[w])
-                if pairs and (count > 1 or held % 2 == 1):
-                    fold_pairs(scratch, count, held, kept[w])
-                if exchange is None:
-                    loss += worker_loss
-                else:
-                    exchange.local_loss[w, 0] = worker_loss
+
+def epoch_steps(model, data, rule, observer, exchange, recording):
+    """epoch_loop's code (problem_loop binds batch_grads and the exchange)."""
+    x, velocity = model.x, model.velocity
+    A, y, params, order, n, b, idx = data.A, data.y, data.params, data.order, data.n, data.b, data.idx
+    history, coef, total = rule.history, rule.coef, rule.total
+    mode, observe, state, kept, scratch = (observer.mode, observer.observe, observer.state,
+                                           observer.kept, observer.scratch)
+    local, d = order.shape[0], x.shape[0]
+    slots, m = history.shape[0], history.shape[1]
+    width = kept.shape[1]  # of a CHUNKED mode's chunks
+    pairs = mode == PAIR_DIFFERENCES
+    span = b if b % 2 == 0 else 2 * b  # positions from a pair's end to the next step ending on one
+    held = k = last_count = 0  # held: positions per worker kept in a chunk, not yet observed
+    pos = np.int64(0)  # not a literal 0, for which Numba would compile worker_step once more
+    compute = communicate = ordering = 0.0
+    finite = True
+    status = 0  # of the step's exchanges: STALLED ends the loop
+    previous = kept  # GATHERED: every worker's gradients of the step before
+    while pos < n:
+        count = min(b, n - pos)
+        step = rule.first_step + k
+        t0 = seconds()
+        if k > 0:
+            finite = update_after_step(x, velocity, history, coef, k - 1, step - 1, last_count,
+                                       rule.coded, rule.lr, rule.momentum, rule.weight_decay, total)
+            if not finite:
+                break
+        sums = history[step % slots] if exchange is None else exchange.local_sums
+        loss = 0.0
+        for w in range(local):
+            # the kernel writes straight into kept where it can (no copy through scratch)
+            if mode == GRADIENTS:
+                out = kept[w, held:held + count]
+            elif pairs and count == 1 and held % 2 == 0:  # a pair's first gradient
+                out = kept[w, held // 2:held // 2 + 1]
+            elif mode == EACH_STEP or mode == GATHERED:
+                out = kept[w]
+            else:
+                out = scratch
+            worker_loss = worker_step(x, A, y, params, order, w, w * n, pos, count, idx, out, sums[w])
+            if pairs and (count > 1 or held % 2 == 1):
+                fold_pairs(scratch, count, held, kept[w])
+            if exchange is None:
+                loss += worker_loss
+            else:
+                exchange.local_loss[w, 0] = worker_loss
+        if exchange is not None:
+            t1 = seconds()
+            link, gathered = exchange.link, exchange.gathered
+            local_grads, all_grads = kept, gathered
+            if count < b and (mode == EACH_STEP or mode == GATHERED):
+                # the short last step: C-contiguous (·, count, d) views, as observe wants
+                local_grads = packed(kept, count)
+                if mode == GATHERED:
+                    all_grads = gathered.reshape(-1)[:m * count * d].reshape((m, count, d))
+            # publish, then the orderer while the other ranks catch up, then collect: with the
+            # shared-memory exchange the orderer's work overlaps the wait (node_exchange.py). A
+            # GATHERED orderer observes every worker's gradients, so one step late.
+            if mode == GATHERED:
+                publish(local_grads, link)
+            else:
+                publish(exchange.local_sums, link)
+            t2 = seconds()
+            if mode == EACH_STEP:
+                observe(local_grads, state)
+            elif mode == GATHERED and k > 0:
+                observe(previous, state)
+            t3 = seconds()
+            if mode == GATHERED:
+                if b == 1:  # a worker's gradient is its sum (the updates add it to 0.0 either way)
+                    all_grads = history[step % slots].reshape((m, 1, d))
+                status = collect(local_grads, all_grads, link)
+                if b > 1:
+                    row_sums(all_grads, history[step % slots])
+                previous = all_grads
+            else:
+                status = collect(exchange.local_sums, history[step % slots], link)
+            if status == STALLED:
+                break
+        if recording.trace_every > 0 and step % recording.trace_every == 0:
             if exchange is not None:
-                t1 = seconds()
-                link, gathered = exchange.link, exchange.gathered
-                local_grads, all_grads = kept, gathered
-                if count < b and (mode == EACH_STEP or mode == GATHERED):
-                    # the short last step: C-contiguous (·, count, d) views, as observe wants
-                    local_grads = packed(kept, count)
-                    if mode == GATHERED:
-                        all_grads = gathered.reshape(-1)[:m * count * d].reshape((m, count, d))
-                # publish, then the orderer while the other ranks catch up, then collect: with the
-                # shared-memory exchange the orderer's work overlaps the wait (node_exchange.py). A
-                # GATHERED orderer observes every worker's gradients, so one step late.
-                if mode == GATHERED:
-                    publish(local_grads, link)
-                else:
-                    publish(exchange.local_sums, link)
-                t2 = seconds()
-                if mode == EACH_STEP:
-                    observe(local_grads, state)
-                elif mode == GATHERED and k > 0:
-                    observe(previous, state)
-                t3 = seconds()
-                if mode == GATHERED:
-                    if b == 1:  # a worker's gradient is its sum (the updates add it to 0.0 either way)
-                        all_grads = history[step % slots].reshape((m, 1, d))
-                    status = collect(local_grads, all_grads, link)
-                    if b > 1:
-                        row_sums(all_grads, history[step % slots])
-                    previous = all_grads
-                else:
-                    status = collect(exchange.local_sums, history[step % slots], link)
+                status = exchange_rows(exchange.local_loss, exchange.all_loss, exchange.link)
                 if status == STALLED:
                     break
-            if recording.trace_every > 0 and step % recording.trace_every == 0:
-                if exchange is not None:
-                    status = exchange_rows(exchange.local_loss, exchange.all_loss, exchange.link)
-                    if status == STALLED:
-                        break
-                    for w in range(m):  # in worker order, as the serial loop above
-                        loss += exchange.all_loss[w, 0]
-                recording.trace_loss[k] = loss / (m * count)
-            t4 = seconds()
-            if exchange is None:
-                compute += t4 - t0
-            else:
-                compute += t1 - t0
-                communicate += (t2 - t1) + (t4 - t3)
-                ordering += t3 - t2
-            last_count = count
-            pos += count
-            held += count
-            k += 1
-            if pairs:  # observe the whole pairs when the steps up to the next pair's end would not fit
-                due = pos == n or (pos % 2 == 0 and (held + min(span, n - pos) + 1) // 2 > width)
-            else:  # observe when the next step would not fit
-                due = mode == GRADIENTS and (pos == n or held + min(b, n - pos) > width)
-            if due:
-                t0 = seconds()
-                observe_rows(observe, kept, held // 2 if pairs else held, state)
-                held = 0
-                ordering += seconds() - t0
-        if exchange is not None:
-            if status == STALLED:  # the caller raises Stalled (MPIBackend.run_steps)
-                exchange.link[5][STEP] = k
-                return k
-        if mode == GATHERED and k > 0:
+                for w in range(m):  # in worker order, as the serial loop above
+                    loss += exchange.all_loss[w, 0]
+            recording.trace_loss[k] = loss / (m * count)
+        t4 = seconds()
+        if exchange is None:
+            compute += t4 - t0
+        else:
+            compute += t1 - t0
+            communicate += (t2 - t1) + (t4 - t3)
+            ordering += t3 - t2
+        last_count = count
+        pos += count
+        held += count
+        k += 1
+        if pairs:  # observe the whole pairs when the steps up to the next pair's end would not fit
+            due = pos == n or (pos % 2 == 0 and (held + min(span, n - pos) + 1) // 2 > width)
+        else:  # observe when the next step would not fit
+            due = mode == GRADIENTS and (pos == n or held + min(b, n - pos) > width)
+        if due:
             t0 = seconds()
-            observe(previous, state)
+            observe_rows(observe, kept, held // 2 if pairs else held, state)
+            held = 0
             ordering += seconds() - t0
-        if finite and k > 0:
-            t0 = seconds()
-            finite = update_after_step(x, velocity, history, coef, k - 1, rule.first_step + k - 1,
-                                       last_count, rule.coded, rule.lr, rule.momentum,
-                                       rule.weight_decay, total)
-            compute += seconds() - t0
-        timers = recording.timers
-        timers[0] += compute
-        timers[1] += communicate
-        timers[2] += ordering
-        return k if finite else -k - 1
-
-    _EPOCH_LOOPS[(batch_grads, exchanging)] = kernel
-    return kernel
+    if exchange is not None:
+        if status == STALLED:  # the caller raises Stalled (MPIBackend.run_steps)
+            exchange.link[5][STEP] = k
+            return k
+    if mode == GATHERED and k > 0:
+        t0 = seconds()
+        observe(previous, state)
+        ordering += seconds() - t0
+    if finite and k > 0:
+        t0 = seconds()
+        finite = update_after_step(x, velocity, history, coef, k - 1, rule.first_step + k - 1,
+                                   last_count, rule.coded, rule.lr, rule.momentum,
+                                   rule.weight_decay, total)
+        compute += seconds() - t0
+    timers = recording.timers
+    timers[0] += compute
+    timers[1] += communicate
+    timers[2] += ordering
+    return k if finite else -k - 1
 
 
 @njit(cache=True, error_model="numpy")

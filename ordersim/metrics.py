@@ -30,7 +30,7 @@ import numpy as np
 from numba import njit
 
 from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
-from ordersim.engine import sum_in_worker_order, worker_step
+from ordersim.engine import problem_loop, sum_in_worker_order, worker_step  # worker_step: bound per problem
 
 NORMS = ("inf", "2")
 _NORM_CODES = {"inf": 0, "2": 1}
@@ -167,18 +167,25 @@ def _avg_grad_error_kernel(z, orders, means):
     return totals
 
 
-@njit(error_model="numpy")
+def herding_steps(x, A, y, params, order, row, base, first_step, steps, b, n, idx, scratch, out,
+                  mean, prefix, totals):
+    """step_sums_and_grad_error's code: a template that engine.problem_loop compiles per problem
+    (worker_step bound to that problem's kernel), so that the pass is cached on disk."""
+    for s in range(steps):
+        pos = (first_step + s) * b
+        count = min(b, n - pos)
+        worker_step(x, A, y, params, order, row, base, pos, count, idx, scratch, out[s])
+        grad_error_walk(scratch, count, mean, prefix, totals, row, pos)
+
+
 def step_sums_and_grad_error(batch_grads, x, A, y, params, order, row, base, first_step, steps, b, n,
                              idx, scratch, out, mean, prefix, totals):
     """out[s]: the sum of the gradients at x of worker `row`'s step first_step + s (steps of b
     visit positions, the last one short), as the step loops sum them (engine.worker_step); each
     step's per-example gradients are walked by grad_error_walk on the way: herding's pass also
     gives the error."""
-    for s in range(steps):
-        pos = (first_step + s) * b
-        count = min(b, n - pos)
-        worker_step(batch_grads, x, A, y, params, order, row, base, pos, count, idx, scratch, out[s])
-        grad_error_walk(scratch, count, mean, prefix, totals, row, pos)
+    problem_loop(herding_steps, batch_grads)(x, A, y, params, order, row, base, first_step, steps, b, n,
+                                             idx, scratch, out, mean, prefix, totals)
 
 
 @njit(error_model="numpy")

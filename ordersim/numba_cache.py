@@ -23,8 +23,10 @@ Numba version lacks them, nothing is registered and Numba's own per-file stamps 
 
 import functools
 import hashlib
+import inspect
 import os
 import stat
+import sys
 from pathlib import Path
 
 from numba.core import caching
@@ -41,6 +43,27 @@ def tree_digest(root: Path) -> str:
         stat = path.stat()
         digest.update(f"{path.relative_to(root)}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
     return digest.hexdigest()
+
+
+def kernel_digest(kernel) -> str | None:
+    """A digest of a jitted kernel's module, name, file and source state (its registered tree's
+    digest, else its file's size and mtime), for the cached loops that call it as a global
+    (engine.problem_loop): their cache entries differ per kernel and go stale with its source.
+    None when the name does not say which kernel it is (a closure, a kernel that is not its
+    module's global of that name, one without a source file): such a kernel's loops are not cached."""
+    py_func = getattr(kernel, "py_func", kernel)
+    module = sys.modules.get(getattr(py_func, "__module__", None))
+    if (py_func.__closure__ is not None or module is None
+            or getattr(module, py_func.__qualname__, None) is not kernel):
+        return None
+    try:
+        path = os.path.realpath(inspect.getfile(py_func))
+        tree = _tree_of(path)
+        state = tree_digest(tree) if tree else "{0.st_size}\0{0.st_mtime_ns}".format(os.stat(path))
+    except (OSError, TypeError):
+        return None
+    text = f"{module.__name__}\0{py_func.__qualname__}\0{path}\0{state}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _tree_of(py_file) -> Path | None:

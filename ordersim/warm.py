@@ -4,10 +4,11 @@ Compiles what a run of the config compiles (the problem's kernels, every orderer
 update and measurement kernels) for a small synthetic stand-in of the config's data with the same
 label kind: Numba compiles for argument types, not sizes, so the stand-in's machine code is the
 run's, and the real data are never read. A sweep's cells are all warmed (each distinct problem and
-orderer once). Only cacheable kernels persist: the step loops that take the problem's kernel as an
-argument cannot be cached by Numba (numba#2956) and every run's process compiles them again in its
-warm-up (about half of a cold start here). One process, no MPI: on a cluster, run it once per
-node into the node's cache (docs/cluster.md); it uses NUMBA_CACHE_DIR as a run would.
+orderer once), the serial step loop and the herding pass once per problem (engine.problem_loop).
+Only cacheable kernels persist: the MPI backend's step loop, whose exchange calls C functions
+through ctypes pointers, is compiled by every rank of a run again in its warm-up. One process, no
+MPI: on a cluster, run it once per node into the node's cache (docs/cluster.md); it uses
+NUMBA_CACHE_DIR as a run would.
 """
 
 import argparse
