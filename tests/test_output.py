@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, mpiexec_path, run_mpi
+from conftest import ROOT, run_mpi
 from test_simulator import run_serial
 
 TINY = ["--epochs", "1", "--seeds", "0", "--orderers", "rr", "--workers", "2", "--no-herding",

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ordersim.streams import stream
-from reference.orderers import REFERENCES, cd_kh, d_grab_pair, kh_sgd, pair_grab, recursive_pair, sbw
+from reference.orderers import cd_kh, d_grab_pair, kh_sgd, pair_grab, recursive_pair, sbw
 
 
 def one_epoch(values):

@@ -6,7 +6,6 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 from numba import njit
 
 from ordersim import engine, metrics, numba_cache
