@@ -65,8 +65,10 @@ def test_another_barrier():
 
 @pytest.mark.mpi
 def test_a_failure_on_one_rank_ends_the_job_with_its_report(tmp_path):
-    """The failed rank aborts the job at once: the others, waiting in a barrier it never
-    reaches, end too (and no rank reports a finished session)."""
+    """The failed rank aborts the job at once: the other, waiting in a barrier it never reaches,
+    ends too, without finishing its session (no report of rank 0). The failing rank's own report
+    is not checked: once MPI_Abort has been called, whether its process gets to write it first
+    depends on the launcher's timing (seen under load)."""
     layer = tmp_path / "layer"
     layer.mkdir()
     shutil.copy(LAYER / "conftest.py", layer)
@@ -76,4 +78,4 @@ def test_a_failure_on_one_rank_ends_the_job_with_its_report(tmp_path):
     assert ("rank 1 of 2: layer/test_failing.py::"
             "test_fails_on_the_last_rank_before_a_barrier_the_others_wait_in failed (call)") in output, output
     assert "failed on purpose" in output
-    assert not list(tmp_path.glob("rank-*.json")), output
+    assert not (tmp_path / "rank-0.json").exists(), output
