@@ -63,14 +63,16 @@ def _time_epochs(fn, repeats, budget):
     return best
 
 
-def bench_cell(name, m, d, b, work, repeats, budget):
+def bench_cell(name, m, d, b, work, repeats, budget, options=None):
+    """(n, ns per example of observe(), ns per example of the read, the read's GB/s) for one
+    epoch of b-example steps of `name` with `options` (make_orderer's)."""
     n = _examples(m, d, b, work)
     if name == "greedy":
         n = min(n, GREEDY_MAX_EXAMPLES // b * b)
     rng = np.random.default_rng(0)
     pool = [rng.standard_normal((m, b, d)) for _ in range(POOL)]
     steps = n // b
-    o = make_orderer(name, workers=m, examples=n, dim=d, seed=0, run_epochs=RUN_EPOCHS)
+    o = make_orderer(name, workers=m, examples=n, dim=d, seed=0, run_epochs=RUN_EPOCHS, **(options or {}))
 
     def epoch_observe():
         # Only the observe() calls are timed: begin_epoch/end_epoch (building the next order) are

@@ -4,8 +4,8 @@
     python benchmarks/bench_projection.py --quick    # a few seconds
 
 For grab (mean balance), pair-grab and cd-grab (pair walks; cd-grab at m = 8), one epoch of
-observe() calls at b = 16 is timed as in bench_orderers.py (its helpers: a pool of gradient
-buffers, the best of several epochs, the jitted read of the same gradients as the unit), without
+observe() calls at b = 16 is timed by bench_orderers.py's bench_cell (a pool of gradient
+buffers, the best of several epochs, the vectorized read of the same gradients as the unit), without
 a projection and with the sparse and the gaussian one at several k. Printed per cell: ns per
 example, observe / read, and the speed-up over no projection (the issue's target: >= 3x).
 
@@ -20,15 +20,10 @@ This is a script: it prints and never asserts (pytest does not collect it).
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_orderers import POOL, _examples, _time_epochs, read_sum  # noqa: E402
-
-from ordersim.orderers import make_orderer  # noqa: E402
+from bench_orderers import bench_cell  # noqa: E402
 
 D, B = 1024, 16
 CELLS = (("grab", 1), ("pair-grab", 1), ("cd-grab", 8))
@@ -37,32 +32,8 @@ PROJECTIONS = (("none", None), ("sparse", 8), ("sparse", 16), ("sparse", 64), ("
 
 def per_example_ns(name, m, options, work, repeats, budget):
     """ns per example of observe() and of reading the same gradients, over one epoch of b = B."""
-    n = _examples(m, D, B, work)
-    rng = np.random.default_rng(0)
-    pool = [rng.standard_normal((m, B, D)) for _ in range(POOL)]
-    steps = n // B
-    o = make_orderer(name, workers=m, examples=n, dim=D, seed=0, **options)
-
-    def epoch_observe():
-        o.begin_epoch()
-        start = time.perf_counter()
-        for step in range(steps):
-            o.observe(pool[step % POOL])
-        elapsed = time.perf_counter() - start
-        o.end_epoch()
-        return elapsed
-
-    def epoch_read():
-        start = time.perf_counter()
-        for step in range(steps):
-            read_sum(pool[step % POOL])
-        return time.perf_counter() - start
-
-    epoch_observe()  # compile / warm up
-    epoch_read()
-    t_observe = _time_epochs(epoch_observe, repeats, budget)
-    t_read = _time_epochs(epoch_read, repeats, budget)
-    return t_observe / (m * n) * 1e9, t_read / (m * n) * 1e9
+    _, observe, read, _ = bench_cell(name, m, D, B, work, repeats, budget, options)
+    return observe, read
 
 
 def main(argv=None):

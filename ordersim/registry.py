@@ -22,9 +22,11 @@ one-line ValueError "unknown orderer 'x'; known orderers: a, b, c".
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import inspect
 import os
+import pkgutil
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -48,6 +50,16 @@ def subclasses_in(module, base: type) -> list[type]:
     return [cls for _, cls in inspect.getmembers(module, inspect.isclass)
             if issubclass(cls, base) and cls is not base and cls.__module__ == module.__name__
             and getattr(cls, "name", "")]
+
+
+def package_classes(package: str, path, base: type) -> list[type]:
+    """The named subclasses of ``base`` that the public modules of ``package`` (its ``__path__``:
+    ``path``; modules starting with "_" and ``base`` skipped) define, by name: a package's
+    built-ins."""
+    return sorted((cls for info in pkgutil.iter_modules(path)
+                   if not info.name.startswith("_") and info.name != "base"
+                   for cls in subclasses_in(importlib.import_module(f"{package}.{info.name}"), base)),
+                  key=lambda cls: cls.name)
 
 
 def load_file(path: str, kind: str, base: type) -> type:

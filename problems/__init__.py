@@ -9,12 +9,10 @@ the ``ordersim.problems`` entry-point group (ordersim.registry; docs/problems.md
     p = make_problem("path/to/my_problem.py", features=31, classes=2)
 """
 
-import importlib
-import pkgutil
 from pathlib import Path
 
 from ordersim import numba_cache
-from ordersim.registry import Registry, subclasses_in
+from ordersim.registry import Registry, package_classes
 
 numba_cache.register_tree(Path(__file__).parent)  # stamps the cached kernels the modules below define
 from ordersim.problems.base import Problem  # noqa: E402
@@ -22,10 +20,7 @@ from ordersim.problems.base import Problem  # noqa: E402
 
 def _builtin_problems() -> list[type[Problem]]:
     """Every public module's problems, by name."""
-    return sorted((cls for info in pkgutil.iter_modules(__path__)
-                   if not info.name.startswith("_") and info.name != "base"
-                   for cls in subclasses_in(importlib.import_module(f"{__name__}.{info.name}"), Problem)),
-                  key=lambda cls: cls.name)
+    return package_classes(__name__, __path__, Problem)
 
 
 PROBLEMS = Registry("problem", "ordersim.problems", _builtin_problems, lambda: Problem)

@@ -10,22 +10,17 @@ docs/adding.md).
     o = make_orderer("cd-grab", workers=4, examples=100, dim=10, seed=0)
 """
 
-import importlib
-import pkgutil
 
 from ordersim import numba_cache  # noqa: F401  (stamps the cached kernels the modules below define)
 from ordersim.orderers.base import Orderer
-from ordersim.registry import Registry, subclasses_in
+from ordersim.registry import Registry, package_classes
 
 OPTIONS = ("first_worker", "sign", "walk_c", "tie", "first_order", "projection", "projection_dim", "group")
 
 
 def _builtin_orderers() -> list[type[Orderer]]:
     """Every public module's orderers, by name."""
-    return sorted((cls for info in pkgutil.iter_modules(__path__)
-                   if not info.name.startswith("_") and info.name != "base"
-                   for cls in subclasses_in(importlib.import_module(f"{__name__}.{info.name}"), Orderer)),
-                  key=lambda cls: cls.name)
+    return package_classes(__name__, __path__, Orderer)
 
 
 ORDERERS = Registry("orderer", "ordersim.orderers", _builtin_orderers, lambda: Orderer)
