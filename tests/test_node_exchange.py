@@ -15,29 +15,17 @@ import pytest
 from conftest import ROOT, run_mpi
 
 SCRIPT = textwrap.dedent("""
+    import sys
+
     import numpy as np
     from mpi4py import MPI
-    from numba import njit
 
+    sys.path.insert(0, TESTS)
     from ordersim.backend import MPIBackend
     from ordersim.node_exchange import exchange
+    from reference.exchange_skew import exchange_many
 
     CALLS = 200  # the interpreter is slow
-
-    @njit
-    def exchange_many(link, rank, size, calls, received):
-        # Rank- and call-dependent work before each exchange, so that the ranks arrive in a
-        # changing order and a rank that is ahead overwrites its slot while others still read.
-        errors = 0
-        send = np.empty(size)
-        spin = 0.0
-        for c in range(calls):
-            for i in range(((c * 7 + rank * 3) % 5) * 400):
-                spin += 1e-9 * i
-            for i in range(size):
-                send[i] = rank * 1e6 + c * 1e2 + i
-            errors += exchange(send, received[c], link)
-        return errors + (spin < 0)
 
     world = MPI.COMM_WORLD
     rank, ranks = world.Get_rank(), world.Get_size()
@@ -68,7 +56,7 @@ SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_shared_memory_exchange_delivers_what_allgather_does_without_jit(ranks, tmp_path):
     script = tmp_path / "exchange_check.py"
-    script.write_text(SCRIPT)
+    script.write_text(SCRIPT.replace("TESTS", repr(str(ROOT / "tests"))))
     result = run_mpi(ranks, [str(script)], timeout=240, env={"NUMBA_DISABLE_JIT": "1"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"exchange ok on ranks {list(range(ranks))}" in result.stdout

@@ -12,6 +12,7 @@ from ordersim import node_exchange
 from ordersim.backend import MPIBackend
 from ordersim.jit_mpi import allgather, comm_handle
 from ordersim.node_exchange import exchange
+from reference.exchange_skew import exchange_many
 
 
 @njit
@@ -51,22 +52,6 @@ def backends(comm):
     yield make
     for backend in made:
         backend.close()
-
-
-@njit
-def exchange_many(link, rank, size, calls, received):
-    # Rank- and call-dependent work before each exchange, so that the ranks arrive in a changing
-    # order and a rank that is ahead overwrites its slot while others still read.
-    errors = 0
-    send = np.empty(size)
-    spin = 0.0
-    for c in range(calls):
-        for i in range(((c * 7 + rank * 3) % 5) * 400):
-            spin += 1e-9 * i
-        for i in range(size):
-            send[i] = rank * 1e6 + c * 1e2 + i
-        errors += exchange(send, received[c], link)
-    return errors + (spin < 0)
 
 
 def expected_rows(ranks, calls, size):
