@@ -459,8 +459,9 @@ class DataSource:
         raise NotImplementedError
 
     def examples(self) -> dict[str, str]:
-        """Specs and descriptions for `python -m ordersim problems`."""
-        return {f"{self.name}:...": self.description}
+        """Specs and descriptions for `python -m ordersim problems` (NAME:PATH for a source that
+        reads a file)."""
+        return {f"{self.name}:{'PATH' if self.reads_file else '...'}": self.description}
 
 
 class SyntheticSource(DataSource):
@@ -522,9 +523,6 @@ class LibsvmSource(DataSource):
         rows = LibsvmRows(name, ROW_BLOCK, features)
         return Opened(rows, f"libsvm file {name!r}", extra={"zero_based": rows.zero_based})
 
-    def examples(self):
-        return {"libsvm:PATH": self.description}
-
 
 class CsvSource(DataSource):
     name = "csv"
@@ -538,9 +536,6 @@ class CsvSource(DataSource):
         extra = {"feature_names": rows.feature_names, "label_column": rows.label_column}
         return Opened(rows, f"csv file {name!r}", extra=extra, line_of=rows.line_of)
 
-    def examples(self):
-        return {"csv:PATH": self.description}
-
 
 class NpzSource(DataSource):
     name = "npz"
@@ -550,9 +545,6 @@ class NpzSource(DataSource):
     def open(self, spec, name, options, seed, hdf5_locking):
         return Opened(NpzRows(spec, name, options), f"npz file {name!r}")
 
-    def examples(self):
-        return {"npz:PATH": self.description}
-
 
 class HDF5Source(DataSource):
     name = "hdf5"
@@ -561,9 +553,6 @@ class HDF5Source(DataSource):
 
     def open(self, spec, name, options, seed, hdf5_locking):
         return Opened(HDF5Rows(spec, name, options, hdf5_locking), f"hdf5 file {name!r}")
-
-    def examples(self):
-        return {"hdf5:PATH": self.description}
 
 
 def _in_memory(where: str, X: np.ndarray, y: np.ndarray, task: str, extra: dict) -> Opened:

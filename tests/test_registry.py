@@ -136,3 +136,17 @@ def test_plug_in_fields_are_one_line_config_errors(args, message, tmp_path, caps
     assert main([*args, "--epochs", "1", "--out", str(tmp_path / "x.h5")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"ordersim: error: {message}"), err
+
+
+def test_problems_listing_shows_every_data_source_once_with_its_spec(capsys):
+    from ordersim import listing
+    from ordersim.data import DATA_SOURCES
+
+    assert listing.problems([]) == 0
+    data_lines = capsys.readouterr().out.split("data sets", 1)[1].splitlines()
+    specs = [line.split()[0] for line in data_lines[1:] if line.strip()]
+    for name, cls in DATA_SOURCES.items():
+        assert any(spec.startswith(name + ":") for spec in specs), name
+        if cls.reads_file:  # a file source's spec takes a path
+            assert f"{name}:PATH" in specs, name
+    assert "sklearn:breast_cancer" in specs and len(specs) == len(set(specs))
