@@ -294,6 +294,23 @@ def adaptive_pair_observe(grads, state, start):
 
 
 @njit(inline="always", error_model="numpy")
+def differences_fit(differences, state):
+    """The differences (m, p, d) fit the open epoch: whole pairs from an even position (or none
+    at the end of the rows), at most the examples left; walk_difference_pairs' check."""
+    p, start, n = differences.shape[1], state[OBSERVED], state[N]
+    return (open_for(differences, state) and (start % 2 == 0 or start == n)
+            and (p >= 1 or start >= n - 1) and start + 2 * p <= n)
+
+
+@njit(inline="always", error_model="numpy")
+def count_differences(state, p):
+    """Counts p pairs' two examples per row as observed, and with n odd the last example, which
+    has no partner, once the call reaches it."""
+    observed, n = state[OBSERVED] + 2 * p, state[N]
+    state[OBSERVED] = n if observed == n - 1 else observed
+
+
+@njit(inline="always", error_model="numpy")
 def walk_difference_pairs(differences, state, decide, rule):
     """PairBalance (walk_pairs) on differences (m, p, d) already formed: v = g_2k - g_2k+1 of
     every worker's next p pairs (the serial backend forms them as the gradients come, so that the
@@ -304,13 +321,11 @@ def walk_difference_pairs(differences, state, decide, rule):
     -1 if the differences do not fit (nothing is changed then): its own check, as it counts two
     examples per row for each vector (not ``observer``'s).
     """
-    p, start, n = differences.shape[1], state[OBSERVED], state[N]
-    if not (open_for(differences, state) and (start % 2 == 0 or start == n)
-            and (p >= 1 or start >= n - 1) and start + 2 * p <= n):
+    p = differences.shape[1]
+    if not differences_fit(differences, state):
         return -1
     walk_pairs(differences, state, p, difference_pair, decide, rule)
-    observed = start + 2 * p
-    state[OBSERVED] = n if observed == n - 1 else observed
+    count_differences(state, p)
     return p
 
 
@@ -457,11 +472,10 @@ def unit_adaptive_pair_observe(grads, state, start):
 
 @njit(inline="always", error_model="numpy")
 def walk_projected_differences(differences, state, decide, rule):
-    """walk_difference_pairs (its check, its count) with every difference projected first:
+    """walk_difference_pairs (differences_fit, count_differences) with every difference projected first:
     v = P(g_2k - g_2k+1), the same numbers as walk_unit_pairs' for r = 1."""
-    p, start, n = differences.shape[1], state[OBSERVED], state[N]
-    if not (open_for(differences, state) and (start % 2 == 0 or start == n)
-            and (p >= 1 or start >= n - 1) and start + 2 * p <= n):
+    p, start = differences.shape[1], state[OBSERVED]
+    if not differences_fit(differences, state):
         return -1
     chosen, failures, s, peak = signs(state), walk_failures(state), running_sum(state), peaks(state)
     u, vectors = uniforms(state), unit_vectors(state)
@@ -471,8 +485,7 @@ def walk_projected_differences(differences, state, decide, rule):
         for i in range(differences.shape[0]):
             project(vectors[i], differences[i, q], None, kind, dense, columns, bounds, sigma)
         sign_unit_pairs(start // 2 + q, vectors, s, decide, rule, u, failures, peak, chosen)
-    observed = start + 2 * p
-    state[OBSERVED] = n if observed == n - 1 else observed
+    count_differences(state, p)
     return p
 
 
