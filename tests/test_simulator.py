@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -447,7 +448,36 @@ def small_disk(path, size="2m"):
     try:
         yield path
     finally:
-        subprocess.run(["umount", str(path)], check=True)
+        unmount(path)
+
+
+def unmount(path, patience=30.0):
+    """Unmount `path`, waiting while it is busy: mpiexec can return while a killed rank is still
+    exiting and holds its trace open. A rank still there after `patience` seconds is a job that
+    did not end, so that fails the test (naming who holds the disk) after a lazy unmount."""
+    deadline = time.monotonic() + patience
+    while True:
+        result = subprocess.run(["umount", str(path)], capture_output=True, text=True)
+        if result.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            holders = processes_holding(path)
+            subprocess.run(["umount", "--lazy", str(path)], check=True)
+            pytest.fail(f"{path} still busy after {patience:.0f} s, held by {holders}")
+        time.sleep(0.2)
+
+
+def processes_holding(path):
+    """The command lines of the processes with a file or working directory under `path`."""
+    holders = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            links = [os.readlink(link) for link in [proc / "cwd", *(proc / "fd").iterdir()]]
+            if any(link.startswith(str(path)) for link in links):
+                holders.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:  # the process ended, or is not ours to read
+            continue
+    return holders
 
 
 # orders (8 x 2000 int32, 64 KB an epoch) outgrow 2 MB in about 30 of the 40 epochs
