@@ -11,87 +11,12 @@ import pytest
 from ordersim import metrics
 from ordersim.metrics import (avg_grad_error, balancing_discrepancy, herding, parallel_avg_grad_error,
                               parallel_herding, shuffle_variance)
+from reference.metrics import (logistic_grad, logistic_loss, ls_grad, ls_loss, ref_avg_grad_error,
+                               ref_discrepancy, ref_herding, ref_parallel_avg_grad_error, ref_parallel_herding,
+                               ref_shuffle_variance)
 
 RTOL = 1e-12
 ATOL = 1e-12
-
-
-# -- references (plain NumPy, definitions of docs/algorithms.md "Metrics") -------------------------
-def _norms(prefixes, norm):
-    if norm == "inf":
-        return np.abs(prefixes).max(axis=-1)
-    return np.sqrt((prefixes**2).sum(axis=-1))
-
-
-def ref_herding(z, order, norm="inf"):
-    prefixes = np.cumsum(z[order] - z.mean(axis=0), axis=0)
-    return float(_norms(prefixes, norm).max())
-
-
-def ref_parallel_herding(z, orders, batch=1, norm="inf", interleaved=False):
-    m, n, d = z.shape
-    zbar = z.reshape(m * n, d).mean(axis=0)
-    visited = z[np.arange(m)[:, None], orders] - zbar  # (m, n, d) in visit order
-    if interleaved:
-        pieces = []
-        for start in range(0, n, batch):
-            for i in range(m):
-                pieces.append(visited[i, start:start + batch])
-        prefixes = np.cumsum(np.concatenate(pieces), axis=0)
-    else:
-        bounds = list(range(batch, n, batch)) + [n]
-        per_position = np.cumsum(visited.sum(axis=0), axis=0)
-        prefixes = per_position[np.array(bounds) - 1]
-    return float(_norms(prefixes, norm).max())
-
-
-def ref_discrepancy(vectors, signs):
-    return float(np.abs(np.cumsum(signs[:, None] * vectors, axis=0)).max())
-
-
-def ref_avg_grad_error(z, order, mean=None):
-    mean = z.mean(axis=0) if mean is None else mean
-    running_means = np.cumsum(z[order], axis=0) / np.arange(1, len(order) + 1)[:, None]
-    return float(((running_means - mean) ** 2).sum())
-
-
-def ref_parallel_avg_grad_error(z, orders, means=None):
-    return float(np.mean([ref_avg_grad_error(z[i], orders[i], None if means is None else means[i])
-                          for i in range(len(z))]))
-
-
-# Plain-NumPy losses and gradients of two bundled problems (docs/problems.md), per example.
-def ls_loss(x, a, y, lam):
-    return 0.5 * (a @ x - y) ** 2 + lam * 0.5 * (x @ x)
-
-
-def ls_grad(x, a, y, lam):
-    return (a @ x - y) * a + lam * x
-
-
-def logistic_loss(x, a, y, lam):
-    return np.logaddexp(0.0, -y * (a @ x)) + lam * 0.5 * (x @ x)
-
-
-def logistic_grad(x, a, y, lam):
-    return -y * a / (1.0 + np.exp(y * (a @ x))) + lam * x
-
-
-def ref_shuffle_variance(loss, grad, x_star, A, y, lam, orders, gamma):
-    """max_k (1/m) sum_w D_{f_{pi_w(k)}}(x*_{w,k}, x*) / gamma, straight from the definition."""
-    m, n = orders.shape
-    values = np.zeros((m, n))
-    for w in range(m):
-        prefix = np.zeros_like(x_star)
-        for k in range(n):
-            e = w * n + orders[w, k]
-            g = grad(x_star, A[e], y[e], lam)
-            point = x_star - gamma * prefix
-            values[w, k] = (loss(point, A[e], y[e], lam) - loss(x_star, A[e], y[e], lam)
-                            - g @ (point - x_star)) / gamma
-            prefix += g
-    return float(values.mean(axis=0).max())
-
 
 SHAPES_2D = [(1, 1), (2, 3), (7, 1), (50, 16), (257, 5)]
 SHAPES_3D = [(1, 1, 1), (1, 9, 4), (3, 10, 2), (4, 33, 7), (8, 64, 16)]
