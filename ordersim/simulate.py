@@ -228,20 +228,35 @@ def warn_regime(config: Config, backend, regimes: dict) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def run_orderer(config: Config, backend, name: str, n: int, d: int, seed: int) -> tuple:
-    """(orderer, coordinated): the orderer a run of `name` holds on this rank, with the config's
-    options. A coordinated orderer runs for all m workers on every rank (coordinated is then
-    True: it needs every worker's gradients); the others for this rank's own workers."""
-    options = dict(sign=config.sign, tie=config.tie, first_order=config.first_order)
-    # c from N = m n, not from this rank's workers, so the walk is the same on any rank count
-    options["walk_c"] = config.walk_c or default_walk_c(config.workers * n, d)
+def build_orderer(name: str, workers: int, n: int, d: int, seed: int, *, ranks: int, first: int, local: int,
+                  orderer_options: dict, batch: int | None, walk_c: float | None = None,
+                  options_field: str = "config field 'orderer_options'", **options) -> tuple:
+    """(orderer, coordinated): orderer `name` as one of `ranks` processes holds it, whose workers
+    are first..first+local-1 of m = `workers` (n examples each, gradients of d values). A
+    coordinated orderer runs for all m workers on every process (coordinated is then True: it
+    needs every worker's gradients); the others for the process's own workers.
+
+    The balancing orderers get the `orderer_options` table (balance_options: projection,
+    projection_dim, group, which must divide `batch` unless it is None); the others ignore it.
+    walk_c None is the default from N = m n, not from this process's workers, so the walk is the
+    same on any number of processes. `options` go to make_orderer (sign, tie, first_order,
+    run_epochs, the orderer's own)."""
+    options["walk_c"] = default_walk_c(workers * n, d) if walk_c is None else walk_c
     cls = orderer_class(name)
     if cls.takes_projection_and_group:
-        options.update(balance_options(config.orderer_options, config.batch))
-    coordinated = cls.coordinated and backend.size > 1
-    rows, first = (config.workers, 0) if coordinated else (backend.local_workers, backend.first)
-    orderer = make_orderer(name, rows, n, d, seed, first_worker=first, run_epochs=config.epochs, **options)
-    return orderer, coordinated
+        options.update(balance_options(orderer_options, batch, options_field))
+    coordinated = cls.coordinated and ranks > 1
+    rows, first_row = (workers, 0) if coordinated else (local, first)
+    return make_orderer(name, rows, n, d, seed, first_worker=first_row, **options), coordinated
+
+
+def run_orderer(config: Config, backend, name: str, n: int, d: int, seed: int) -> tuple:
+    """(orderer, coordinated): the orderer a run of `name` holds on this rank, with the config's
+    options (build_orderer)."""
+    return build_orderer(name, config.workers, n, d, seed, ranks=backend.size, first=backend.first,
+                         local=backend.local_workers, orderer_options=config.orderer_options, batch=config.batch,
+                         walk_c=config.walk_c or None, sign=config.sign, tie=config.tie,
+                         first_order=config.first_order, run_epochs=config.epochs)
 
 
 class Run:

@@ -57,11 +57,11 @@ def check_projection_and_group(name, projection, projection_dim, group, examples
 BALANCE_OPTIONS = ("projection", "projection_dim", "group")
 
 
-def balance_options(table: dict, batch: int) -> dict:
+def balance_options(table: dict, batch: int | None, field: str = "config field 'orderer_options'") -> dict:
     """The config's ``orderer_options`` table as keyword arguments of the balancing orderers:
     projection, projection_dim (0: the default k) and group, which must divide the step's
-    ``batch`` (a step's b examples are cut into b/r groups). ValueError names the bad entry."""
-    field = "config field 'orderer_options'"
+    ``batch`` (a step's b examples are cut into b/r groups; None: no fixed step, not checked).
+    ValueError names ``field`` and the bad entry."""
     unknown = sorted(set(table) - set(BALANCE_OPTIONS))
     if unknown:
         raise ValueError(f"{field}: unknown option(s) {', '.join(map(str, unknown))}; "
@@ -70,7 +70,7 @@ def balance_options(table: dict, batch: int) -> dict:
     dim = table.get("projection_dim", 0)
     options["projection_dim"] = None if dim == 0 and not isinstance(dim, bool) else dim
     check_projection_and_group(field, **options)
-    if batch % options["group"]:
+    if batch is not None and batch % options["group"]:
         raise ValueError(f"{field}: group must divide batch ({batch}), got {options['group']!r}")
     return options
 
