@@ -30,8 +30,9 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
-from ordersim.orderers import make_orderer, orderer_class
-from ordersim.orderers.base import default_walk_c
+from ordersim.orderers import orderer_class
+from ordersim.orderers.base import BALANCE_OPTIONS
+from ordersim.simulate import build_orderer
 
 
 def tensor_leaves(tree) -> list[torch.Tensor]:
@@ -93,9 +94,11 @@ class OrderedSampler(Sampler[int]):
 
     ``params``: the parameters whose per-example gradients observe() gets, a pytree of tensors
     (e.g. ``dict(model.named_parameters())``); needed by the orderers that read gradients, and
-    only their sizes are used. ``options`` go to ordersim.orderers.make_orderer (sign, tie,
-    walk_c, first_order, run_epochs and the orderer's own options), so an orderer's options work
-    here as in the simulator.
+    only their sizes are used. ``orderer_options``: the balancing orderers' projection,
+    projection_dim and group, the simulator's config table of that name. ``options`` go to
+    ordersim.orderers.make_orderer (sign, tie, walk_c, first_order, run_epochs and the orderer's
+    own options). The orderer is built as the simulator builds it (simulate.build_orderer), so
+    an orderer's options work here as there.
 
     Every iteration is one epoch: it builds the next order from the gradients observed (the
     first epoch's order is a random permutation from the seed). Call observe() after every step
@@ -103,11 +106,12 @@ class OrderedSampler(Sampler[int]):
     no observe() calls.
     """
 
-    def __init__(self, data_source, orderer: str = "rr", *, params=None, seed: int = 0, **options):
+    def __init__(self, data_source, orderer: str = "rr", *, params=None, seed: int = 0, orderer_options=None,
+                 **options):
         super().__init__()
-        self._build(data_source, orderer, params, seed, options, workers=1, worker=0)
+        self._build(data_source, orderer, params, seed, orderer_options, options, workers=1, worker=0)
 
-    def _build(self, data_source, name, params, seed, options, workers, worker):
+    def _build(self, data_source, name, params, seed, orderer_options, options, workers, worker):
         kind = type(self).__name__
         total = data_source if isinstance(data_source, (int, np.integer)) else len(data_source)
         examples = int(total) // workers
@@ -119,6 +123,14 @@ class OrderedSampler(Sampler[int]):
                              f"workers use {' or '.join(cls.centralized_alternatives)}")
         if "first_worker" in options:
             raise ValueError(f"{kind}: first_worker is not an option here: a process's worker is its rank")
+        passed = sorted(set(options) & set(BALANCE_OPTIONS))
+        if passed:
+            raise ValueError(f"{kind}: pass {', '.join(passed)} in orderer_options={{...}}, as the simulator's "
+                             f"config table orderer_options")
+        orderer_options = dict(orderer_options or {})
+        if orderer_options and not cls.takes_projection_and_group:
+            raise ValueError(f"{kind}: orderer_options ({', '.join(map(str, orderer_options))}) are options of "
+                             f"the balancing orderers; {name} takes none of them")
         if cls.needs_gradients:
             if params is None:
                 raise ValueError(f"{kind}: {name} reads the gradients: pass params=, the parameters whose "
@@ -126,12 +138,11 @@ class OrderedSampler(Sampler[int]):
             dim = parameter_count(params)
         else:
             dim = 1  # observe() only counts the examples
-        coordinated = cls.coordinated and workers > 1
-        rows, first = (workers, 0) if coordinated else (1, worker)
-        if options.get("walk_c") is None:
-            # c from N = m n, not from this process's rows, so the walk is the simulator's on any m
-            options["walk_c"] = default_walk_c(workers * examples, dim)
-        self.orderer = make_orderer(name, rows, examples, dim, seed, first_worker=first, **options)
+        # one process per worker; group need not divide a batch: the orders do not depend on how
+        # the epoch is cut into observe() calls (docs/algorithms.md, "Grouped balancing")
+        self.orderer, coordinated = build_orderer(
+            name, workers, examples, dim, seed, ranks=workers, first=worker, local=1,
+            orderer_options=orderer_options, batch=None, options_field=f"{kind}: orderer_options", **options)
         self.workers, self.worker, self.examples = workers, worker, examples
         self._row = worker if coordinated else 0  # this worker's row of the orderer's orders
         self._coordinated = coordinated
@@ -186,12 +197,11 @@ class OrderedSampler(Sampler[int]):
         if not o.needs_gradients:
             o.observe(np.zeros((o.workers, batch_size_of(per_example_grads), 1)))
             return
-        local = flatten_per_example(per_example_grads, o.dim)
-        o.observe(self._gathered(local))
+        o.observe(self._rows(per_example_grads))
 
-    def _gathered(self, local: np.ndarray) -> np.ndarray:
+    def _rows(self, per_example_grads) -> np.ndarray:
         """The (rows, b, d) gradients the orderer observes: this worker's own."""
-        return local[None]
+        return flatten_per_example(per_example_grads, self.orderer.dim)[None]
 
     def state_dict(self) -> dict:
         """The orderer's state (arrays, numbers and strings), for a checkpoint of the training run:
@@ -212,32 +222,46 @@ class DistributedOrderedSampler(OrderedSampler):
     NCCL pass a gloo group, ``dist.new_group(backend="gloo")``) and runs the same walk."""
 
     def __init__(self, data_source, orderer: str = "rr", *, params=None, seed: int = 0, group=None,
-                 **options):
+                 orderer_options=None, **options):
         Sampler.__init__(self)
         if not dist.is_available() or not dist.is_initialized():
             raise ValueError("DistributedOrderedSampler: torch.distributed is not initialized; call "
                              "torch.distributed.init_process_group first (or use OrderedSampler)")
         self.group = group
-        self._build(data_source, orderer, params, seed, options, workers=dist.get_world_size(group),
-                    worker=dist.get_rank(group))
+        self._build(data_source, orderer, params, seed, orderer_options, options,
+                    workers=dist.get_world_size(group), worker=dist.get_rank(group))
 
-    def _gathered(self, local: np.ndarray) -> np.ndarray:
+    def _rows(self, per_example_grads) -> np.ndarray:
         if not self._coordinated:
-            return local[None]
-        self._check_agreement(local.shape[0])
+            return super()._rows(per_example_grads)
+        # checked before any collective, raised only after the header's: a rank that raised
+        # alone would leave the others waiting in the all-gather
+        try:
+            local, error = super()._rows(per_example_grads)[0], None
+        except (TypeError, ValueError) as err:
+            local, error = None, str(err)
+        self._check_agreement(0 if local is None else local.shape[0], error)
         gathered = torch.empty((self.workers, *local.shape), dtype=torch.float64)
         dist.all_gather(list(gathered.unbind(0)), torch.from_numpy(local), group=self.group)
         return gathered.numpy()
 
-    def _check_agreement(self, batch: int) -> None:
-        """Every rank's step must be the same step of the same walk; if one differs, every rank
-        raises the same error here (rather than mismatched buffers in the all-gather)."""
+    def _check_agreement(self, batch: int, error: str | None) -> None:
+        """Every rank's step must be the same step of the same walk, with gradients of the right
+        shape; if not, every rank raises the same error here (rather than waiting in, or
+        mismatching buffers of, the all-gather). `error`: what is wrong with this rank's gradients."""
         o = self.orderer
-        fields = ("b", "d", "examples per rank", "seed", "epoch", "observed")
-        mine = torch.tensor([batch, o.dim, o.examples, o.seed, o.epoch, o.observed], dtype=torch.int64)
-        every = torch.empty((self.workers, len(fields)), dtype=torch.int64)
+        mine = torch.tensor([error is None, batch, o.dim, o.examples, o.seed, o.epoch, o.in_epoch, o.observed],
+                            dtype=torch.int64)
+        every = torch.empty((self.workers, len(mine)), dtype=torch.int64)
         dist.all_gather(list(every.unbind(0)), mine, group=self.group)
-        for column, field in enumerate(fields):
+        if not every[:, 0].all():  # every rank knows: every rank takes part in gathering the errors
+            errors = [None] * self.workers
+            dist.all_gather_object(errors, error, group=self.group)
+            rank = next(r for r, message in enumerate(errors) if message is not None)
+            raise ValueError(f"DistributedOrderedSampler.observe(): rank {rank}'s gradients: "
+                             f"{errors[rank].removeprefix('observe(): ')}")
+        fields = ("b", "d", "examples per rank", "seed", "epoch", "in epoch", "observed")
+        for column, field in enumerate(fields, start=1):
             values = every[:, column].tolist()
             if len(set(values)) > 1:
                 raise ValueError(f"DistributedOrderedSampler.observe(): the ranks disagree on {field} "

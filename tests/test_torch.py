@@ -24,8 +24,8 @@ from conftest import ROOT  # noqa: E402
 from ordersim.orderers import make_orderer  # noqa: E402
 from ordersim.torch import DistributedOrderedSampler, OrderedSampler, flatten_per_example  # noqa: E402
 from reference.orderers import drive  # noqa: E402
-from torch_ranks import (BATCH, DISTRIBUTED_CASES, EPOCHS, EXAMPLES_PER_WORKER, SEED,  # noqa: E402
-                         save_digits, train)
+from torch_ranks import (BATCH, DISTRIBUTED_CASES, EPOCHS, EXAMPLES_PER_WORKER, PROCESS_GROUP_TIMEOUT,  # noqa: E402
+                         SEED, save_digits, train)
 
 
 def reference_orders(name, m, n, d, grads, options):
@@ -54,6 +54,26 @@ def test_one_process_orders_are_the_references(name, dtype, options, tmp_path):
     np.testing.assert_array_equal(orders, kernel[:, 0])
     if name != "rr":
         assert len({tuple(o) for o in orders[1:]}) > 1, "the orders follow the gradients"
+
+
+def test_orderer_options_give_the_simulators_orderer(tmp_path):
+    """orderer_options (a projection to k = 3 and groups of 2 examples; n = 13 leaves one example
+    out of the groups) build the orderer as the simulator's run_orderer builds it from the same
+    config table: the same orders for the same gradients, and not those without the options."""
+    from ordersim.backend import SerialBackend
+    from ordersim.config import Config
+    from ordersim.simulate import run_orderer
+
+    n, table = 13, {"projection": "gaussian", "projection_dim": 3, "group": 2}
+    save_digits(tmp_path / "digits.npz", n)
+    orders, grads, sampler = train(OrderedSampler, "grab", "float64", {"orderer_options": table},
+                                   tmp_path / "digits.npz")
+    config = Config(workers=1, batch=BATCH, epochs=EPOCHS, orderer_options=table)
+    simulators, _ = run_orderer(config, SerialBackend(1), "grab", n, grads.shape[-1], SEED)
+    assert (sampler.orderer.projection, sampler.orderer.projection_dim, sampler.orderer.group) == ("gaussian", 3, 2)
+    np.testing.assert_array_equal(orders, np.stack(drive(simulators, list(grads[:, None]), BATCH))[:, 0])
+    plain, _, _ = train(OrderedSampler, "grab", "float64", {}, tmp_path / "digits.npz")
+    assert not np.array_equal(orders, plain), "the options change the orders"
 
 
 def test_a_nested_pytree_flattens_in_its_order_to_exact_float64():
@@ -106,6 +126,13 @@ def test_mistakes_are_named():
         sampler.observe({"w": torch.zeros(len(x), 4, 3), "b": torch.zeros(len(x), 4)})
     with pytest.raises(ValueError, match=r"epoch 0 ended after observe\(\) saw 6 of its 8 examples"):
         sampler.set_epoch(1)
+    with pytest.raises(ValueError, match=r"OrderedSampler: pass group, projection in orderer_options=\{\.\.\.\}"):
+        OrderedSampler(8, "grab", params=params, projection="gaussian", group=2)
+    with pytest.raises(ValueError, match=r"OrderedSampler: orderer_options \(group\) are options of the balancing "
+                                         r"orderers; rr takes none of them"):
+        OrderedSampler(8, "rr", orderer_options={"group": 2})
+    with pytest.raises(ValueError, match=r"OrderedSampler: orderer_options: group must be an integer >= 1, got 0"):
+        OrderedSampler(8, "grab", params=params, orderer_options={"group": 0})
     with pytest.raises(ValueError, match=r"torch.distributed is not initialized"):
         DistributedOrderedSampler(8, "cd-grab", params=params)
 
@@ -177,6 +204,13 @@ def test_distributed_mistakes_raise_on_every_rank(distributed):
     assert messages == [messages[0]] * world
     assert messages[0] == (f"DistributedOrderedSampler.observe(): the ranks disagree on seed (by rank: "
                            f"{list(range(world))}); every rank must observe the same step of the same run")
+    # one rank's gradients of the wrong shape: every rank raised that rank's error, well before the
+    # process group's timeout would have ended a rank waiting in the all-gather
+    reports = [(folder / f"wrong_shape_rank{rank}.txt").read_text().split("\n", 1) for rank in range(world)]
+    assert [message for _, message in reports] == [
+        f"DistributedOrderedSampler.observe(): rank {world - 1}'s gradients: the per-example gradients hold 4 "
+        f"values per example; the sampler was made for params of 3 (pass the same parameters' gradients)"] * world
+    assert all(float(seconds) < PROCESS_GROUP_TIMEOUT / 2 for seconds, _ in reports), reports
 
 
 def test_the_readme_example_is_the_files_and_runs():

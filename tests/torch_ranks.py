@@ -6,6 +6,7 @@ the ranks), and what the sampler saw: the examples it yielded and the gradients 
 here on their own so the tests compare with the NumPy reference."""
 
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,6 +24,7 @@ DISTRIBUTED_CASES = [
     ("d-grab", "float64", {}),
 ]
 EXAMPLES_PER_WORKER, BATCH, EPOCHS, SEED = 11, 4, 3, 3  # n odd, n mod b = 3: a short last batch
+PROCESS_GROUP_TIMEOUT = 60  # seconds a collective waits for a missing rank
 
 
 def save_digits(path: Path, rows: int) -> None:
@@ -109,7 +111,7 @@ def main(rank, world, init_file, out_dir):
     from ordersim.torch import DistributedOrderedSampler
 
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                                         world_size=world, timeout=timedelta(seconds=60))
+                                         world_size=world, timeout=timedelta(seconds=PROCESS_GROUP_TIMEOUT))
     for case, (orderer, dtype, options) in enumerate(DISTRIBUTED_CASES):
         orders, grads, sampler = train(DistributedOrderedSampler, orderer, dtype, options,
                                        Path(out_dir) / "digits.npz", func=False, distributed=True)
@@ -126,6 +128,15 @@ def main(rank, world, init_file, out_dir):
         sampler.observe(torch.zeros(2, 3))
     except ValueError as error:
         (Path(out_dir) / f"disagreement_rank{rank}.txt").write_text(str(error))
+    # gradients of the wrong shape on the last rank only: every rank raises the same error at that
+    # observe(), in seconds (not after the process group's timeout in the all-gather)
+    sampler = DistributedOrderedSampler(8 * world, "cd-grab", params=torch.zeros(3), seed=SEED)
+    iter(sampler)
+    start = time.monotonic()
+    try:
+        sampler.observe(torch.zeros(2, 4 if rank == world - 1 else 3))
+    except ValueError as error:
+        (Path(out_dir) / f"wrong_shape_rank{rank}.txt").write_text(f"{time.monotonic() - start}\n{error}")
     torch.distributed.destroy_process_group()
 
 
