@@ -322,7 +322,8 @@ def test_a_bad_measurement_is_one_line_and_exit_2_before_the_trace(tmp_path, cap
 def test_a_measurement_is_the_same_on_any_number_of_ranks(plug_in_files, tmp_path, ranks, serial_reference):
     """The page's measurement (a gather over the workers) under MPI gives the serial trace bit for
     bit; values that do not fit (the wrong shape) end the job with one line and exit 2, on every
-    rank."""
+    rank (checked on 4 ranks only: the ranks agree on it in one collective whatever their count,
+    and each mpiexec start costs CI seconds)."""
     args = [*MEASURED_RUN, "--measurements", plug_in_files["measurement"]]
     path = tmp_path / f"mpi{ranks}.h5"
     result = run_mpi(ranks, ["-m", "ordersim", *args, "--backend", "mpi", "--out", str(path)])
@@ -330,6 +331,8 @@ def test_a_measurement_is_the_same_on_any_number_of_ranks(plug_in_files, tmp_pat
     expected = contents(serial_reference(args))
     assert ("rr", "seed_0", "worker_grad_max") in expected
     assert_bitwise_equal(expected, contents(path))
+    if ranks != 4:
+        return
     value, _ = bad_measurement(tmp_path, "wrong_shape.py")
     result = run_mpi(ranks, ["-m", "ordersim", *MEASURED_RUN, "--measurements", value, "--backend", "mpi",
                              "--out", str(tmp_path / "bad.h5")], timeout=120)
