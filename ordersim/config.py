@@ -61,7 +61,9 @@ def _coding_choices() -> str:
 def _measurement_choices() -> str:
     from ordersim.measurements import MEASUREMENTS
 
-    return ", ".join(name for name, cls in MEASUREMENTS.items() if not cls.default) or "none installed"
+    opt_in = [name for name, cls in MEASUREMENTS.items() if not cls.default]
+    always = [name for name, cls in MEASUREMENTS.items() if cls.default]
+    return f"{', '.join(opt_in) or 'none installed'}; {', '.join(always)} always run"
 
 
 def _data_choices() -> str:
@@ -131,8 +133,7 @@ class Config:
                                    "per example at x*)", default=False)
     measurements: list = _help("more per-epoch trace datasets: measurements by name ({choices}) or a path to "
                                "a .py file (imported: it runs as Python code; docs/adding.md, \"A trace "
-                               "dataset\"); suboptimality, dist-to-opt and held-out are always measured",
-                               choices=_measurement_choices, default_factory=list)
+                               "dataset\")", choices=_measurement_choices, default_factory=list)
     record_orders: bool = _help("store every epoch's orders (T, m, n) int32 in the trace",
                                 default=False)
     trace_every: int = _help("store the minibatch loss every K steps (0 = off)", default=0)

@@ -418,9 +418,10 @@ class Run:
         if not math.isnan(totals[1]):
             record["train_accuracy"] = totals[1]
         record.update(self._measurements(RunView(
-            epoch, self.x.copy(), p, s.A, s.y, s.test_A, s.test_y, s.test_bounds, m, n, backend.first,
-            self.local, s.constants, totals[0], read_only(mean_grad), read_only(worker_grads), s.config,
-            backend, self._gather)))
+            epoch=epoch, x=self.x.copy(), problem=p, A=s.A, y=s.y, test_A=s.test_A, test_y=s.test_y,
+            test_bounds=s.test_bounds, workers=m, n=n, first=backend.first, local=self.local,
+            constants=s.constants, train_loss=totals[0], mean_grad=read_only(mean_grad),
+            worker_grads=read_only(worker_grads), config=s.config, backend=backend, gather=self._gather)))
         # The walk metrics stay here, not measurements: they walk the orderer's next order in
         # chunks with the run's index and scratch buffers and time their gradient passes as
         # compute_time, which a view would have to expose whole (the Run itself) to keep.
@@ -567,7 +568,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
     position, resumed = 0, None
     results: dict[str, list[dict]] = {}
     ckpt = checkpoint_path(out)
-    warm_up_times: dict[str, float] = {}  # orderers whose kernels were compiled for this setup
+    warm_up_times: dict[str, float] = {}  # seconds of each orderer's warm-up (its kernels compiled)
 
     def compile_once(name: str, seed: int) -> float:
         """Seconds the warm-up of orderer `name` took (the same at every call)."""
@@ -576,7 +577,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
                 warm_up_times[name] = warm_up(setup, name, seed)
         return warm_up_times[name]
 
-    first_runs = set()  # orderers that had a run: their warm-up time is recorded once
+    first_runs = set()  # orderers that had a run: only the first records the warm-up's time
 
     if resume is not None:
         position, results = resume["position"], resume["results"]

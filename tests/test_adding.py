@@ -401,7 +401,7 @@ def test_an_installed_package_adds_an_orderer_a_straggler_model_and_a_measuremen
 
     assert re.search(r"^norm-sort +visit the examples with the largest gradients", ordersim("orderers"), re.M)
     help_text = " ".join(ordersim("run", "--help").split())
-    assert "slow-worker" in help_text and "measurements by name (model-norms)" in help_text
+    assert "slow-worker" in help_text and "measurements by name (model-norms;" in help_text
     out = tmp_path / "plug_ins.h5"
     assert main(["--orderers", "norm-sort", "--stragglers", "slow-worker", "--straggler-options", '{"slow": 2}',
                  "--problem", plug_in_files["problem"], "--data", f"{plug_in_files['data source']}:200?cells=2",
