@@ -7,13 +7,16 @@ works by its path in ``--measurements``. The built-ins with ``default = True`` r
 the others run where ``--measurements`` names them.
 """
 
+from functools import cache
+
 from ordersim.registry import Registry, package_classes
 
 
-def builtin_measurements() -> list[type]:
+@cache  # the trace schema asks at every measured epoch: list the package's modules once
+def builtin_measurements() -> tuple[type, ...]:
     from ordersim.measurements.base import Measurement
 
-    return package_classes(__name__, __path__, Measurement)
+    return tuple(package_classes(__name__, __path__, Measurement))
 
 
 def _base() -> type:
