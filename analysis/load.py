@@ -27,12 +27,18 @@ import numpy as np
 
 from ordersim import trace_schema
 
-# The per-epoch datasets (ordersim/trace_schema.py): written for every run, only where they apply,
-# and those a boolean config field switches on (their presence then follows from the config).
-ALWAYS_WRITTEN = tuple(e.name for e in trace_schema.PER_EPOCH if e.always)
-CONDITIONAL = tuple(e.name for e in trace_schema.PER_EPOCH if not e.always)
-PER_EPOCH = tuple(e.name for e in trace_schema.PER_EPOCH)
-SWITCHED_ON = {e.name: e.config_field for e in trace_schema.PER_EPOCH if e.config_field}
+
+
+def per_epoch_names() -> tuple[str, ...]:
+    """The per-epoch datasets this process knows (ordersim/trace_schema.py: ordersim's own and
+    every registered measurement's), in the schema's order: the columns of load_runs."""
+    return tuple(e.name for e in trace_schema.epoch_datasets())
+
+
+def always_written() -> set[str]:
+    """The per-epoch datasets every run has."""
+    return {e.name for e in trace_schema.epoch_datasets() if e.always}
+
 # Root attributes copied into every row of load_runs (config and hosts stay in load_run_arrays).
 FILE_COLUMNS = ("problem", "data", "backend", "ranks", "dropped_examples", "ordersim_version",
                 "git_commit", "git_dirty", "start_time", "end_time")
@@ -129,8 +135,9 @@ class _Notes:
         return self.items
 
 
-def _read_run(run: h5py.Group, path: str, where: str, file_attrs: dict, others: set, notes: _Notes) -> dict:
-    """One run's attributes and per-epoch arrays (all of one length), noting what is missing."""
+def _read_run(run: h5py.Group, path: str, where: str, file_attrs: dict, expected: tuple, notes: _Notes) -> dict:
+    """One run's attributes and per-epoch arrays (all of one length), noting which of the
+    `expected` datasets are missing."""
     attrs = _attrs(run)
     attrs.setdefault("orderer", where.split("/")[0])
     attrs.setdefault("seed", int(where.rsplit("_", 1)[-1]) if where.rsplit("_", 1)[-1].isdigit() else where)
@@ -148,8 +155,8 @@ def _read_run(run: h5py.Group, path: str, where: str, file_attrs: dict, others: 
                       f"'epoch' has {length}; padded with NaN")
         elif len(array) > length:
             data[name] = array[:length]
-    for name in PER_EPOCH:
-        if name not in data and (name in ALWAYS_WRITTEN or name in others):
+    for name in expected:
+        if name not in data:
             notes.missing.setdefault((path, name), []).append(where)
     status = attrs.get("status", "unknown")
     # A killed job leaves no end_time; its runs that had finished say so in their status.
@@ -189,17 +196,17 @@ def _read_file(path, notes: _Notes) -> tuple[dict, dict]:
                       "(runs with status 'completed' are complete; the others are interrupted)")
         if not runs:
             notes.add(f"file {path} holds no runs (no group /runs/<orderer>/seed_<k>)")
-        present = set()  # conditional datasets expected in every run of this file
+        # per-epoch datasets expected in every run of this file: those always written, those
+        # another run has, and those its config switches on
+        known = per_epoch_names()
+        present = always_written()
         for _, run in runs:
-            present |= {n for n in run if n in CONDITIONAL}
-        try:
-            config = json.loads(file_attrs.get("config", "{}"))
-            present |= {name for name, field in SWITCHED_ON.items() if config.get(field)}
-        except (ValueError, AttributeError):
-            pass
+            present |= {n for n in run if n in known}
+        present |= trace_schema.switched_on(_config(file_attrs))
+        expected = tuple(name for name in known if name in present)
         out = {}
         for where, run in runs:
-            arrays = _read_run(run, path, where, file_attrs, present, notes)
+            arrays = _read_run(run, path, where, file_attrs, expected, notes)
             out[(arrays["attrs"]["orderer"], arrays["attrs"]["seed"])] = arrays
     return file_attrs, out
 
@@ -242,6 +249,7 @@ def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
     frames = []
     states: dict[str, list[str]] = {}
     configs: dict[str, dict] = {}
+    known = per_epoch_names()
     for path in paths:
         file_attrs, runs = _read_file(path, notes)
         label = code_label(file_attrs)
@@ -255,13 +263,13 @@ def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
             attrs = arrays["attrs"]
             columns.update({k: attrs.get(k, np.nan) for k in RUN_COLUMNS})
             columns.update({k: v for k, v in attrs.items() if k not in columns and not isinstance(v, list)})
-            names = [n for n in PER_EPOCH if n in arrays] + sorted(set(arrays) - set(PER_EPOCH) - {"attrs"})
+            names = [n for n in known if n in arrays] + sorted(set(arrays) - set(known) - {"attrs"})
             table = pd.DataFrame({name: arrays[name] for name in names})
             for k, v in reversed(list(columns.items())):
                 table.insert(0, k, [v] * len(table))
             frames.append(table)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["file", *RUN_COLUMNS])
-    for name in PER_EPOCH:
+    for name in known:
         if name not in df:
             df[name] = np.nan
     settings = varying_settings(configs.values())
@@ -345,6 +353,5 @@ def load_shards(path) -> np.ndarray:
         return f["shards"][()]
 
 
-__all__ = ["ALWAYS_WRITTEN", "CONDITIONAL", "NOT_SETTINGS", "PER_EPOCH", "SWITCHED_ON", "TraceWarning", "code_label",
-           "load_herding_sim", "load_orders", "load_run_arrays", "load_runs", "load_shards",
-           "setting_value", "varying_settings"]
+__all__ = ["NOT_SETTINGS", "TraceWarning", "always_written", "code_label", "load_herding_sim", "load_orders",
+           "load_run_arrays", "load_runs", "load_shards", "per_epoch_names", "setting_value", "varying_settings"]

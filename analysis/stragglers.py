@@ -25,12 +25,15 @@ import h5py
 import matplotlib.lines
 import numpy as np
 
+from ordersim import coding
 from ordersim.analysis import style
 from ordersim.analysis.convergence import LABELS
 
-SCHEMES = ("wait-all", "ignore-stragglers", "gc-fr", "gc-cr", "pgc-fr", "pgc-cr", "pgc-fr-staggered",
-           "pgc-cr-exact")
-# A palette of its own (Dark2 and greys), so that no scheme shares a colour with an orderer.
+# The coding schemes in the registry's order (ordersim.coding.SCHEMES), which the tables and the
+# legends follow.
+SCHEMES = tuple(coding.SCHEMES)
+# A palette of its own (Dark2 and greys), so that no scheme shares a colour with an orderer; the
+# built-ins take it in their order.
 SCHEME_COLORS = dict(zip(SCHEMES, ("black", "#999999", "#1b9e77", "#66a61e", "#d95f02", "#7570b3",
                                    "#e7298a", "#a6761d")))
 

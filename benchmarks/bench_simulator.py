@@ -49,13 +49,14 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmark the checkout this script is in (not another install)
 
+from ordersim.config import EXCHANGES  # noqa: E402  (light: no NumPy, no Numba)
+
 ORDERERS = ("rr", "d-grab", "cd-grab", "cd-kh")
 CENTRALIZED = ("rr", "kh-sgd")  # timed again on one worker
 M, B, FEATURES = 8, 1, 127
 WARMUP_EXAMPLES = 256  # per worker, for the compile epoch
 MB = 1024.0 * 1024.0
 TIMERS = ("compute_time", "comm_time", "order_time")
-EXCHANGES = ("auto", "allgather")  # config.exchange
 
 
 def make_config(N: int, backend: str, ranks: int, workers: int = M, orderers=ORDERERS):

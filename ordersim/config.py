@@ -58,6 +58,14 @@ def _coding_choices() -> str:
             f"scheme's decoded gradient)")
 
 
+def _measurement_choices() -> str:
+    from ordersim.measurements import MEASUREMENTS
+
+    opt_in = [name for name, cls in MEASUREMENTS.items() if not cls.default]
+    always = [name for name, cls in MEASUREMENTS.items() if cls.default]
+    return f"{', '.join(opt_in) or 'none installed'}; {', '.join(always)} always run"
+
+
 def _data_choices() -> str:
     from ordersim.data import DATA_SOURCES
 
@@ -123,6 +131,9 @@ class Config:
     shuffle_variance: bool = _help("measure the shuffling variance at x* of the next order and its two "
                                    "bounds (convex problems whose x* is known; one loss and gradient "
                                    "per example at x*)", default=False)
+    measurements: list = _help("more per-epoch trace datasets: measurements by name ({choices}) or a path to "
+                               "a .py file (imported: it runs as Python code; docs/adding.md, \"A trace "
+                               "dataset\")", choices=_measurement_choices, default_factory=list)
     record_orders: bool = _help("store every epoch's orders (T, m, n) int32 in the trace",
                                 default=False)
     trace_every: int = _help("store the minibatch loss every K steps (0 = off)", default=0)
@@ -169,7 +180,8 @@ FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 
 def _type_name(f) -> str:
-    return {"problem_options": "table", "orderer_options": "table", "orderers": "list of names", "seeds": "list of ints"}.get(
+    return {"problem_options": "table", "orderer_options": "table", "orderers": "list of names",
+            "measurements": "list of names", "seeds": "list of ints"}.get(
         f.name, f.type.__name__ if isinstance(f.type, type) else str(f.type))
 
 
@@ -301,6 +313,27 @@ def _registered(name: str, registry, value: str, off: str = "") -> type:
                           f"{registry.choices()}, or a path to a .py file") from None
 
 
+def _check_measurements(names: list) -> None:
+    """Every measurement the run takes is registered or a .py file, declares its datasets as the
+    trace takes them, and writes datasets no other per-epoch value has; else ConfigError."""
+    from ordersim.measurements import MEASUREMENTS
+    from ordersim.measurements.base import declaration_error
+    from ordersim.trace_schema import MEASURED_FIRST, MEASURED_LAST
+
+    writer = {entry.name: "ordersim.simulate.Run.measure" for entry in (*MEASURED_FIRST, *MEASURED_LAST)}
+    given = [(name, cls) for name, cls in MEASUREMENTS.items() if cls.default]
+    given += [(name, _registered("measurements", MEASUREMENTS, name)) for name in names]
+    for name, cls in given:
+        error = declaration_error(cls)
+        if error:
+            raise ConfigError(f"config field 'measurements': {name!r} {error}")
+        for entry in cls.datasets:
+            other = writer.setdefault(entry.name, f"measurement {cls.name!r}")
+            if other != f"measurement {cls.name!r}":
+                raise ConfigError(f"config field 'measurements': {name!r} declares the dataset {entry.name!r}, "
+                                  f"which {other} writes; allowed: a name no other per-epoch dataset has")
+
+
 def check_fields(config: Config, ranks: int) -> Config:
     """Checks that need no data; returns the config with workers and backend resolved and every
     orderer given by path replaced by its name (the name the trace files it under)."""
@@ -360,6 +393,7 @@ def check_fields(config: Config, ranks: int) -> Config:
     except ValueError as err:
         raise ConfigError(str(err)) from None
 
+    _check_measurements(config.measurements)
     _registered("coding", SCHEMES, config.coding)
     if not config.stragglers:
         if config.coding != "wait-all":

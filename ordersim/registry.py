@@ -1,5 +1,5 @@
 """One registry mechanism for every kind of plug-in: orderers, problems, data sources, straggler
-models and coding schemes.
+models, coding schemes and measurements.
 
 A registry maps names to classes that have a ``name`` and a one-line ``description``. It fills
 itself on first use, from three places:
@@ -7,7 +7,8 @@ itself on first use, from three places:
 - the built-in classes (a function the owning module gives, called once);
 - entry points of installed packages, group ``ordersim.<kind>s`` (``ordersim.orderers``,
   ``ordersim.problems``, ``ordersim.data_sources``, ``ordersim.straggler_models``,
-  ``ordersim.coding_schemes``): each entry point names one class, under the entry point's name;
+  ``ordersim.coding_schemes``, ``ordersim.measurements``): each entry point names one class,
+  under the entry point's name;
 - a path to a ``.py`` file given where a name is expected (``--problem my_problem.py``): the file
   is imported and its one subclass of the kind's base class with a ``name`` is used.
 
@@ -167,6 +168,10 @@ class Registry(Mapping):
             return cls
         raise ValueError(f"unknown {self.kind} {name!r}; known {self.plural}: {self.choices()} (or a path "
                          f"to a .py file)")
+
+    def loaded(self) -> list[type]:
+        """Every class this process knows: the registered ones, then those loaded from files."""
+        return [*self._load().values(), *self._files.values()]
 
     def descriptions(self) -> dict[str, str]:
         """Every name and its one-line description, in the registry's order."""

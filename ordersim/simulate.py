@@ -20,6 +20,8 @@ import numpy as np
 from ordersim import aligned, engine, metrics, provenance, regime
 from ordersim.constants import WorkerRows, worker_constants
 from ordersim.data import open_dataset, partition, streamed_source
+from ordersim.measurements import run_measurements
+from ordersim.measurements.base import RunView, read_only, values_error
 from ordersim.backend import SerialBackend
 from ordersim.checkpoint import (CheckpointError, StopRequest, checkpoint_path, discard, layout_mismatch,
                                  new_run_id, normalized, remove_temporaries)
@@ -286,6 +288,9 @@ class Run:
         self.coded = self.clock is not None and self.clock.decoded
         self.history = aligned.zeros((self.clock.scheme.s + 1, m, d)) if self.coded else None
         self.steps_per_epoch = -(-n // b)
+        self.measurements = [cls() for cls in run_measurements(config.measurements)]
+        self.measurement_error: str | None = None  # the first plug-in's values that did not fit
+        self.defer_measurement_errors = False  # the warm-up's: it agrees on them across the ranks
         self.epoch = 0  # epochs completed
         self.wall_start = time.perf_counter()
 
@@ -404,6 +409,13 @@ class Run:
 
     # -- measurement ------------------------------------------------------------------------------
     def measure(self, epoch: int) -> dict:
+        """The record of a measured epoch: the full-gradient pass, the measurements' values
+        (ordersim.measurements), the walk metrics over the next order and the clocks.
+
+        A measurement whose values do not fit its declaration is skipped (the others still run,
+        so every rank takes part in every collective) and named in measurement_error; the record
+        done, that raises ValueError, unless defer_measurement_errors (the warm-up, which turns
+        it into a config error on every rank)."""
         s, backend = self.setup, self.setup.backend
         p, m, n, d = s.problem, self.m, self.n, self.d
         start = time.perf_counter()
@@ -416,19 +428,21 @@ class Run:
         gathered = self._gather(local)
         totals = engine.sum_in_worker_order(gathered) / m
         mean_grad = totals[2:]
-        c = s.constants
+        worker_grads = np.ascontiguousarray(local[:, 2:])
         record = dict(epoch=epoch, train_loss=totals[0], grad_norm=float(np.linalg.norm(mean_grad)))
         if not math.isnan(totals[1]):
             record["train_accuracy"] = totals[1]
-        if c.get("f_star") is not None and not math.isnan(c["f_star"]):
-            record["suboptimality"] = totals[0] - c["f_star"]
-        if c.get("x_star") is not None:
-            record["dist_to_opt"] = float(np.linalg.norm(self.x - c["x_star"]))
-        if s.test_A is not None:
-            record.update(self._measure_test())
+        record.update(self._measurements(RunView(
+            epoch=epoch, x=self.x.copy(), problem=p, A=s.A, y=s.y, test_A=s.test_A, test_y=s.test_y,
+            test_bounds=s.test_bounds, workers=m, n=n, first=backend.first, local=self.local,
+            constants=s.constants, train_loss=totals[0], mean_grad=read_only(mean_grad),
+            worker_grads=read_only(worker_grads), config=s.config, backend=backend, gather=self._gather)))
+        # The walk metrics stay here, not measurements: they walk the orderer's next order in
+        # chunks with the run's index and scratch buffers and time their gradient passes as
+        # compute_time, which a view would have to expose whole (the Run itself) to keep.
         if s.config.herding:
             record["herding_inf"], record["herding_2"], record["avg_grad_error"] = \
-                self._herding(mean_grad, np.ascontiguousarray(local[:, 2:]))
+                self._herding(mean_grad, worker_grads)
         if s.config.shuffle_variance:
             record.update(self._shuffle_variance(epoch))
         record["balance_discrepancy"] = backend.max(getattr(self.orderer, "balance_discrepancy", 0.0)) \
@@ -437,32 +451,27 @@ class Run:
         record.update(self.timers)
         if self.clock:
             record.update(self.clock.record())
+        if self.measurement_error and not self.defer_measurement_errors:
+            raise ValueError(self.measurement_error)
         return record
+
+    def _measurements(self, view: RunView) -> dict:
+        """Every measurement's values, in the run's order, those that fit their declaration."""
+        values = {}
+        for measurement in self.measurements:
+            got = measurement.measure(view)
+            error = values_error(type(measurement), got)
+            if error is None:
+                values.update((key, value) for key, value in got.items() if value is not None)
+            elif self.measurement_error is None:
+                self.measurement_error = f"config field 'measurements': measurement {measurement.name!r} {error}"
+        return values
 
     def _gather(self, local):
         start = time.perf_counter()
         out = self.setup.backend.gather_workers(local, np.empty((self.m, *local.shape[1:]), local.dtype))
         self.timers["comm_time"] += time.perf_counter() - start
         return out
-
-    def _measure_test(self) -> dict:
-        s, p = self.setup, self.setup.problem
-        local = np.zeros((self.local, 3))
-        grad = np.empty(self.d)
-        offset = s.test_bounds[s.backend.first]
-        for w in range(self.local):
-            lo = s.test_bounds[s.backend.first + w] - offset
-            hi = s.test_bounds[s.backend.first + w + 1] - offset
-            if hi > lo:
-                idx = np.arange(lo, hi, dtype=np.int64)
-                loss = p.full_grad(self.x, s.test_A, s.test_y, idx, p.params, grad)
-                acc = p.accuracy(self.x, s.test_A, s.test_y, idx, p.params)
-                local[w] = (loss * (hi - lo), acc * (hi - lo), hi - lo)
-        totals = engine.sum_in_worker_order(self._gather(local))
-        record = dict(test_loss=totals[0] / totals[2])
-        if not math.isnan(totals[1]):
-            record["test_accuracy"] = totals[1] / totals[2]
-        return record
 
     def _herding(self, mean_grad, worker_means) -> tuple[float, float, float]:
         """Parallel herding (inf, 2) and the average gradient error of the next epoch's order, on
@@ -536,12 +545,17 @@ def warm_up(setup: Setup, orderer_name: str, seed: int) -> float:
     (warm_up_slice) and measures once, so that Numba compiles the step loops, the orderer's
     kernels and the measurement for these argument types here and not in the first timed epoch.
     Collective under MPI (every rank warms up alike); it touches no state of the real run (its
-    own model, orderer and clock).
+    own model, orderer and clock). A measurement plug-in whose values do not fit its declaration
+    raises ConfigError here, on every rank.
     """
     start = time.perf_counter()
     scratch = Run(warm_up_slice(setup), orderer_name, seed)
     scratch.train_epoch(1, 0.0)
+    scratch.defer_measurement_errors = True
     scratch.measure(1)
+    error = setup.backend.agree(scratch.measurement_error)
+    if error:
+        raise ConfigError(error)
     return time.perf_counter() - start
 
 
@@ -569,22 +583,23 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
     position, resumed = 0, None
     results: dict[str, list[dict]] = {}
     ckpt = checkpoint_path(out)
-    warmed: set[str] = set()  # orderers whose kernels were compiled for this setup
+    warm_up_times: dict[str, float] = {}  # seconds of each orderer's warm-up (its kernels compiled)
 
     def compile_once(name: str, seed: int) -> float:
-        """Seconds the warm-up of orderer `name` took, 0 when it was warmed up already."""
-        if name in warmed:
-            return 0.0
-        warmed.add(name)
-        with compile_notice(f"the kernels of {name}", backend.rank == 0 and not config.quiet):
-            return warm_up(setup, name, seed)
+        """Seconds the warm-up of orderer `name` took (the same at every call)."""
+        if name not in warm_up_times:
+            with compile_notice(f"the kernels of {name}", backend.rank == 0 and not config.quiet):
+                warm_up_times[name] = warm_up(setup, name, seed)
+        return warm_up_times[name]
 
-    warm_up_time = 0.0
+    first_runs = set()  # orderers that had a run: only the first records the warm-up's time
+
     if resume is not None:
         position, results = resume["position"], resume["results"]
         resumed = resume_run(setup, plan, resume, ckpt)
-        if resumed is not None:
-            warm_up_time = compile_once(*plan[position])
+    # the first run's warm-up before the trace is touched: it finds a measurement plug-in that does
+    # not fit (a config error)
+    warm_up_time = compile_once(*plan[position]) if position < len(plan) else 0.0
     writer, run_id = open_trace(config, backend, setup, out, plan, resume, cell)
     constants = {k: v for k, v in setup.constants.items() if k != "x_star"}
     regimes = {name: theory_regime(config, setup, name) for name in config.orderers}
@@ -594,7 +609,8 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
     for index in range(position, len(plan)):
         orderer_name, seed = plan[index]
         backend.phase = f"the start of {orderer_name} seed {seed}"
-        compile_time = compile_once(orderer_name, seed)
+        compile_time = 0.0 if orderer_name in first_runs else compile_once(orderer_name, seed)
+        first_runs.add(orderer_name)
         if resumed is not None:  # the run the checkpoint stopped inside
             run, resumed = resumed, None
             trace = writer.run(orderer_name, seed, appends=config.epochs + 1)

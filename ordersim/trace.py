@@ -275,8 +275,8 @@ class RunTrace:
         data[-len(values):] = values
 
     def append_epoch(self, record: dict) -> None:
-        """One measured epoch: record maps dataset names (ordersim.trace_schema.PER_EPOCH) to
-        scalars (None = not applicable). The rows are flushed before epochs_completed says they
+        """One measured epoch: record maps dataset names (ordersim.trace_schema.epoch_datasets():
+        ordersim's own and the measurements') to scalars (None = not applicable). The rows are flushed before epochs_completed says they
         are there."""
         dtypes = {name: epoch_dtype(name) for name in record}  # a name not in the schema: KeyError
         with self.writer.writing():

@@ -1,9 +1,13 @@
-"""The trace's datasets, in one table (docs/trace-format.md is generated from it).
+"""The trace's datasets and attributes, in tables (docs/trace-format.md is generated from them).
 
-The writer (ordersim.trace) takes a per-epoch dataset's dtype from here and refuses a name that is
-not here; the loader (ordersim.analysis.load) takes from here which datasets every run has and
-which a config field switches on; the layout test checks a real trace against it; and the tables
-of docs/trace-format.md between the ``<!-- schema:NAME -->`` markers are ``markdown(NAME)``:
+A per-epoch dataset is a row of PER_EPOCH: the values of the full-gradient pass and the walk
+metrics that ordersim.simulate.Run.measure computes itself, and the datasets every measurement
+plug-in declares (ordersim.measurements: the built-ins here, installed ones and files by path in
+``epoch_datasets()``). The writer (ordersim.trace) takes a per-epoch dataset's dtype from here and
+refuses a name that is not here; the loader (ordersim.analysis.load) takes from here which datasets
+every run has and which a config field switches on; the layout tests check a real trace's
+datasets and attributes against the tables; and the tables of docs/trace-format.md between the
+``<!-- schema:NAME -->`` markers are ``markdown(NAME)``:
 
     python -m ordersim.trace_schema            rewrite those tables in docs/trace-format.md
     python -m ordersim.trace_schema --check    exit 1 when they differ from this table
@@ -37,23 +41,36 @@ class Dataset:
         return len([axis for axis in self.shape.strip("()").split(",") if axis.strip()])
 
 
+@dataclass(frozen=True)
+class Attribute:
+    """One HDF5 attribute (or a few of one kind: ``names``, comma-separated), its type as the
+    docs say it and what it holds (when it is there, where not always)."""
+
+    names: str
+    type: str
+    meaning: str
+
+    @property
+    def each(self) -> tuple[str, ...]:
+        return tuple(name.strip() for name in self.names.split(","))
+
+
 CONVEX = "convex problems (x* known)"
 SHUFFLE = "`shuffle_variance = true` (x* known)"
 HERDING = "`herding` on (the default; `--no-herding` turns it off)"
 
 # One entry per measured epoch (epoch 0 is the initial model, before any training; with
 # measure_every = K the epochs 0, K, 2K, ..., and always the last): /runs/<orderer>/seed_<k>/NAME.
-PER_EPOCH = (
+# Run.measure's own: the full-gradient pass (first), the walks over the next order and the clocks
+# (after the measurements' datasets).
+MEASURED_FIRST = (
     Dataset("epoch", "int64", "(T,)", "always", "epoch index t: the model after t epochs", always=True),
     Dataset("train_loss", "float64", "(T,)", "always",
             "f(x_t), the full training objective (regularizer included) over all m·n examples", always=True),
-    Dataset("suboptimality", "float64", "(T,)", CONVEX, "f(x_t) − f*"),
     Dataset("grad_norm", "float64", "(T,)", "always", "‖∇f(x_t)‖₂", always=True),
-    Dataset("dist_to_opt", "float64", "(T,)", CONVEX, "‖x_t − x*‖₂"),
-    Dataset("test_loss", "float64", "(T,)", "`test_fraction > 0`", "the loss on the held-out split"),
-    Dataset("test_accuracy", "float64", "(T,)", "`test_fraction > 0`, classifiers",
-            "the accuracy on the held-out split"),
     Dataset("train_accuracy", "float64", "(T,)", "classifiers", "the accuracy on the training examples"),
+)
+MEASURED_LAST = (
     Dataset("herding_inf", "float64", "(T,)", HERDING,
             "parallel herding (∞-norm, prefixes at step boundaries) of the order that epoch t+1 will "
             "use, on per-example gradients at x_t", config_field="herding"),
@@ -118,22 +135,126 @@ ROOT = (
             "the reference solution used for `suboptimality` and `dist_to_opt`"),
 )
 
-TABLES = {"per-epoch": PER_EPOCH, "per-run": PER_RUN, "root": ROOT}
-_BY_NAME = {entry.name: entry for entry in PER_EPOCH}
+# The file's root attributes (ordersim.simulate.open_trace, ordersim.provenance, ordersim.sweep).
+ROOT_ATTRIBUTES = (
+    Attribute("ordersim_version", "str", "package version that wrote the file"),
+    Attribute("git_commit", "str",
+              "commit of the checkout ordersim was imported from (`''` when not run from a git checkout)"),
+    Attribute("git_dirty", "bool", "a tracked file differed from that commit (untracked files do not count)"),
+    Attribute("git_diff_sha1", "str", "first 12 hex digits of the SHA-1 of `git diff HEAD` when dirty (`''` "
+              "otherwise): two dirty trees on one commit differ here"),
+    Attribute("numpy_version, numba_version, mpi4py_version, h5py_version", "str",
+              "the libraries' versions (`''` when not installed)"),
+    Attribute("mpi_library", "str", "first line of `MPI.Get_library_version()` (`''` without mpi4py)"),
+    Attribute("command_line", "str", "the command that ran (interpreter and `sys.argv`, shell-quoted)"),
+    Attribute("config", "str (JSON)", "the full resolved configuration (every field, defaults included)"),
+    Attribute("ranks", "int", "number of MPI ranks (1 for the serial backend)"),
+    Attribute("backend", "str", "`serial` or `mpi`"),
+    Attribute("exchange", "str", "how the ranks exchanged each step's sums or gradients: `shared-memory` (all "
+              "ranks on one node), `allgather` (MPI_Allgather), `none` (serial)"),
+    Attribute("hosts", "str (JSON list)", "host names of the ranks"),
+    Attribute("start_time, end_time", "str (ISO 8601, UTC)", "`end_time` is absent when the job was killed"),
+    Attribute("problem, data", "str", "problem name and data spec"),
+    Attribute("data_info", "str (JSON)", "the data set as opened: its spec, source, standardization, "
+              "intercept, sizes and what its source adds (label map, feature names, …)"),
+    Attribute("dropped_examples", "int", "training examples dropped so that every worker holds n (0 if none)"),
+    Attribute("run_id", "str", "random id (32 hex digits) of this trace, made when it was created; its "
+              "checkpoints carry it, and `--resume` continues only from a checkpoint with the same one"),
+    Attribute("sweep_cell", "str (JSON)", "the sweep cell's parameters (only in a sweep cell's file)"),
+    Attribute("sweep_cell_index, sweep_cells", "int", "the cell's index and the number of cells of its sweep "
+              "(only in a sweep cell's file; `merge` names the missing cells from them)"),
+    Attribute("sweep", "str (JSON)", "the sweep's axes, field: [values] (only in a sweep cell's file; the "
+              "axes of fields set on the command line are not there)"),
+)
+
+# The attributes of a run's group /runs/<orderer>/seed_<k> (ordersim.simulate.run_experiment,
+# ordersim.trace.TraceWriter.start_run).
+RUN_ATTRIBUTES = (
+    Attribute("orderer, seed", "str, int", "the run's orderer (its name) and seed"),
+    Attribute("workers, examples_per_worker, batch", "int", "m, n and b"),
+    Attribute("lr", "float", "the config's step size (the schedule's base value)"),
+    Attribute("status", "str", "`completed`, `diverged` or `interrupted`; a run is `interrupted` from its "
+              "start until it finishes, so a killed job leaves that value"),
+    Attribute("epochs_completed", "int", "the last epoch whose rows were flushed (0 at the start)"),
+    Attribute("compile_time", "float", "seconds of the warm-up that compiled this orderer's kernels before "
+              "the run's clock started (a throwaway run of one epoch at step size 0 on the first 16, or 2b, "
+              "examples of every worker's shard, and one measurement; done for the first run of each "
+              "orderer in a job, 0 for the others)"),
+    Attribute("f_star, L, L_max, mu, sigma2_star, zeta2_star", "float",
+              "the problem's constants (NaN where undefined, e.g. f* of a nonconvex problem)"),
+    Attribute("step_size, alpha_L_n, alpha_Lmax_n, kappa, T_over_kappa", "float",
+              "for the `theory` and `constant` schedules on a problem with μ > 0: the step α of every "
+              "epoch, α L n, α L_max n, κ = L_max / μ and T / κ ([simulator.md](simulator.md), \"The theory "
+              "schedule and the analyses' regime\")"),
+    Attribute("in_regime", "bool", "with those: α L_max n ≤ 1 and T ≥ κ"),
+    Attribute("straggler_model, straggler_params, coding", "str", "with a straggler model (`stragglers` set; "
+              "[stragglers.md](stragglers.md)): its name and parameters, and the coding scheme's name"),
+    Attribute("coding_s, load, latency, bandwidth", "int, float", "with a straggler model: the stragglers s "
+              "the scheme tolerates, its load, and the communication model's latency (s) and bandwidth "
+              "(bytes/s)"),
+)
+
+_STATIC_TABLES = {"per-run": PER_RUN, "root": ROOT, "root-attributes": ROOT_ATTRIBUTES,
+                  "run-attributes": RUN_ATTRIBUTES}
+_MEASURED_HERE = {entry.name: entry for entry in (*MEASURED_FIRST, *MEASURED_LAST)}
+
+
+def _rows(classes) -> tuple[Dataset, ...]:
+    return tuple(entry for cls in classes for entry in cls.datasets)
+
+
+def __getattr__(name: str):
+    """PER_EPOCH and TABLES, built at first use: they hold the built-in measurements' rows, whose
+    modules import this one."""
+    if name == "PER_EPOCH":
+        from ordersim.measurements import builtin_measurements
+
+        return (*MEASURED_FIRST, *_rows(builtin_measurements()), *MEASURED_LAST)
+    if name == "TABLES":
+        return {"per-epoch": __getattr__("PER_EPOCH"), **_STATIC_TABLES}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def epoch_datasets() -> tuple[Dataset, ...]:
+    """Every per-epoch dataset this process knows: PER_EPOCH, then the datasets of the installed
+    measurements (entry points) and of those loaded from files."""
+    from ordersim.measurements import MEASUREMENTS, builtin_measurements
+
+    builtin = set(builtin_measurements())
+    return (*__getattr__("PER_EPOCH"), *_rows(cls for cls in MEASUREMENTS.loaded() if cls not in builtin))
 
 
 def epoch_dtype(name: str) -> str:
     """The dtype of per-epoch dataset `name`; KeyError naming the table for one not in it."""
-    try:
-        return _BY_NAME[name].dtype
-    except KeyError:
-        raise KeyError(f"{name!r} is not a per-epoch dataset of ordersim/trace_schema.py") from None
+    entry = _MEASURED_HERE.get(name) or next((e for e in epoch_datasets() if e.name == name), None)
+    if entry is None:
+        raise KeyError(f"{name!r} is not a per-epoch dataset of ordersim/trace_schema.py or of a measurement")
+    return entry.dtype
+
+
+def switched_on(config: dict) -> set[str]:
+    """The per-epoch datasets that a trace's config (parsed) switches on, so that every run of the
+    file has them: those of its true boolean fields, and those of the registered measurements that
+    its ``measurements`` names (one given by a path is not imported to find out)."""
+    from ordersim.measurements import MEASUREMENTS
+
+    names = {e.name for e in epoch_datasets() if e.config_field and config.get(e.config_field)}
+    for measurement in config.get("measurements") or ():
+        if isinstance(measurement, str) and measurement in MEASUREMENTS:
+            names |= {e.name for e in MEASUREMENTS[measurement].datasets}
+    return names
 
 
 def markdown(table: str) -> str:
     """The docs' table of TABLES[table]."""
+    rows = __getattr__("TABLES")[table]
+    if isinstance(rows[0], Attribute):
+        lines = ["| attribute | type | meaning |", "|---|---|---|"]
+        for entry in rows:
+            lines.append(f"| {', '.join(f'`{n}`' for n in entry.each)} | {entry.type} | {entry.meaning} |")
+        return "\n".join(lines)
     lines = ["| dataset | dtype, shape | written | meaning |", "|---|---|---|---|"]
-    for entry in TABLES[table]:
+    for entry in rows:
         lines.append(f"| `{entry.name}` | {entry.dtype} {entry.shape} | {entry.when} | {entry.meaning} |")
     return "\n".join(lines)
 

@@ -1,9 +1,11 @@
 """docs/adding.md's worked examples run: the orderer module and its reference, as the page gives
 them, agree; the orderer works inside the serial backend's jitted epoch loop and through a
 checkpoint file and a pickle; a checkpoint of another state layout is refused. The problem, data
-source, straggler model and coding scheme follow the rules their text states, alone and together
-in one run by path; and the page's entry points, installed as a package, add the orderer and the
-straggler model by name."""
+source, straggler model, coding scheme and measurement follow the rules their text states, alone
+and together in one run by path; a measurement's datasets reach the trace and analysis.load's
+frame, the same on any number of ranks, and a bad one is a one-line config error; and the page's
+entry points, installed as a package, add the orderer, the straggler model and the measurement by
+name."""
 
 import importlib.util
 import pickle
@@ -17,8 +19,10 @@ import pytest
 import reference.orderers as reference_module
 from ordersim import checkpoint, engine
 from ordersim.problems import make_problem
+from conftest import run_mpi
 from reference.orderers import drive
 from test_engine import M, N_LOCAL, P, epoch_from_zero, least_squares_data
+from test_simulator import TIMING, assert_bitwise_equal, contents
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,7 +128,8 @@ def test_a_checkpoint_of_another_state_layout_is_refused(example):
 
 # -- the other plug-in kinds: a problem, a data source, a straggler model, a coding scheme --------------
 PLUG_INS = {"problem": "squared_hinge.py", "data source": "checkerboard.py",
-            "straggler model": "slow_worker.py", "coding scheme": "drop_stragglers.py"}
+            "straggler model": "slow_worker.py", "coding scheme": "drop_stragglers.py",
+            "measurement": "model_norms.py"}
 
 
 @pytest.fixture(scope="module")
@@ -215,6 +220,127 @@ def test_a_straggler_model_by_path_is_checked_as_a_config_field(plug_in_files):
         check_fields(build_config(dict(values, straggler_options={"slow": 7})), 1)
 
 
+# A small run of the default problem and data (their kernels are compiled by the other tests).
+MEASURED_RUN = ["--orderers", "rr", "--seeds", "0", "--epochs", "2", "--workers", "4", "--quiet"]
+
+
+def test_measurement_example_by_path(plug_in_files, tmp_path):
+    """The page's measurement, by path: its two datasets are in the trace, one number per measured
+    epoch, with the values its text states (x_norm against the trace's own x* and dist_to_opt,
+    worker_grad_max against grad_norm), and in analysis.load's frame; every other dataset is the
+    one a run without it writes, bit for bit."""
+    import h5py
+
+    from ordersim.analysis.load import load_runs
+    from ordersim.runner import main
+
+    plain, measured = tmp_path / "plain.h5", tmp_path / "measured.h5"
+    assert main([*MEASURED_RUN, "--out", str(plain)]) == 0
+    assert main([*MEASURED_RUN, "--measurements", plug_in_files["measurement"], "--out", str(measured)]) == 0
+    with h5py.File(plain, "r") as f:
+        without = {name: data[()] for name, data in f["runs/rr/seed_0"].items() if name not in TIMING}
+    with h5py.File(measured, "r") as f:
+        run, x_star = f["runs/rr/seed_0"], f["x_star"][()]
+        assert set(run) - set(without) - TIMING == {"x_norm", "worker_grad_max"}
+        for name, values in without.items():
+            assert run[name][()].tobytes() == values.tobytes(), name
+        x_norm, grad_max = run["x_norm"][()], run["worker_grad_max"][()]
+    assert x_norm.dtype == grad_max.dtype == np.float64 and x_norm.shape == grad_max.shape == (3,)
+    assert x_norm[0] == 0 and np.all(x_norm[1:] > 0)  # the problem starts at x = 0
+    # | ||x|| - ||x*|| | <= ||x - x*||, with equality at x = 0
+    assert abs(x_norm[0] - np.linalg.norm(x_star)) == pytest.approx(without["dist_to_opt"][0], rel=1e-12)
+    assert np.all(np.abs(x_norm - np.linalg.norm(x_star)) <= without["dist_to_opt"] * (1 + 1e-12))
+    # the mean of the four workers' gradients is no longer than the longest of them
+    assert np.all(grad_max >= without["grad_norm"] * (1 - 1e-12)) and np.all(grad_max > without["grad_norm"])
+    frame = load_runs(measured)
+    np.testing.assert_array_equal(frame["x_norm"], x_norm)
+    np.testing.assert_array_equal(frame["worker_grad_max"], grad_max)
+    assert frame.attrs["notes"] == []
+
+
+BAD_MEASUREMENTS = {
+    "wrong_shape.py": (
+        "values = {'x_norm': np.ones(2)}",
+        r"measurement 'bad' returned ndarray of shape \(2,\) for 'x_norm'; allowed: one number per "
+        r"measured epoch \(or None\)"),
+    "undeclared.py": ("values = {'x_norm': 1.0, 'other': 2.0}",
+                      r"measurement 'bad' returned the dataset 'other', which it does not declare; allowed: x_norm"),
+    "clash.py": ("values = {}", r"'{path}' declares the dataset 'train_loss', which "
+                                r"ordersim\.simulate\.Run\.measure writes; allowed: a name no other"),
+    "fails_to_import.py": ("raise ImportError('no such helper')",
+                           r"measurement file '{path}' failed to import: ImportError: no such helper"),
+    "nope": ("", r"'nope' is not allowed; allowed: dist-to-opt, held-out, suboptimality,.* or a path to a "
+                 r"\.py file"),
+}
+BAD_SOURCE = """import numpy as np
+from ordersim.measurements.base import Measurement
+from ordersim.trace_schema import Dataset
+
+
+class Bad(Measurement):
+    name = "bad"
+    datasets = (Dataset("{dataset}", "float64", "(T,)", "", ""),)
+
+    def measure(self, view):
+        {body}
+        return values
+"""
+
+
+def bad_measurement(tmp_path, name: str) -> tuple[str, str]:
+    """(the --measurements value, the error's pattern) of BAD_MEASUREMENTS[name]."""
+    body, pattern = BAD_MEASUREMENTS[name]
+    if not name.endswith(".py"):
+        return name, pattern
+    path = tmp_path / name
+    if name == "fails_to_import.py":
+        path.write_text(body)
+    else:
+        path.write_text(BAD_SOURCE.format(dataset="train_loss" if name == "clash.py" else "x_norm", body=body))
+    return str(path), pattern.replace("{path}", re.escape(str(path)))
+
+
+@pytest.mark.parametrize("name", list(BAD_MEASUREMENTS))
+def test_a_bad_measurement_is_one_line_and_exit_2_before_the_trace(tmp_path, capsys, name):
+    """An unknown name, a file that fails to import, a dataset that another per-epoch value has,
+    and values that do not fit the declaration (found when the first run warms up): one line,
+    exit 2, and no trace written."""
+    from ordersim.runner import main
+
+    value, pattern = bad_measurement(tmp_path, name)
+    out = tmp_path / "bad.h5"
+    capsys.readouterr()
+    assert main([*MEASURED_RUN, "--measurements", value, "--out", str(out)]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ordersim: error")]
+    assert len(errors) == 1 and re.fullmatch(r"ordersim: error: config field 'measurements': " + pattern + ".*",
+                                             errors[0]), errors
+    assert not out.exists()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_a_measurement_is_the_same_on_any_number_of_ranks(plug_in_files, tmp_path, ranks, serial_reference):
+    """The page's measurement (a gather over the workers) under MPI gives the serial trace bit for
+    bit; values that do not fit (the wrong shape) end the job with one line and exit 2, on every
+    rank (checked on 4 ranks only: the ranks agree on it in one collective whatever their count,
+    and each mpiexec start costs CI seconds)."""
+    args = [*MEASURED_RUN, "--measurements", plug_in_files["measurement"]]
+    path = tmp_path / f"mpi{ranks}.h5"
+    result = run_mpi(ranks, ["-m", "ordersim", *args, "--backend", "mpi", "--out", str(path)])
+    assert result.returncode == 0, result.stderr
+    expected = contents(serial_reference(args))
+    assert ("rr", "seed_0", "worker_grad_max") in expected
+    assert_bitwise_equal(expected, contents(path))
+    if ranks != 4:
+        return
+    value, _ = bad_measurement(tmp_path, "wrong_shape.py")
+    result = run_mpi(ranks, ["-m", "ordersim", *MEASURED_RUN, "--measurements", value, "--backend", "mpi",
+                             "--out", str(tmp_path / "bad.h5")], timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("config field 'measurements'") == 1, result.stderr  # by rank 0
+    assert not (tmp_path / "bad.h5").exists()
+
+
 @pytest.fixture
 def installed_plug_in(tmp_path, monkeypatch):
     """The page's entry points, installed as pip installs a package: the orderer and straggler model
@@ -222,6 +348,7 @@ def installed_plug_in(tmp_path, monkeypatch):
     path (of this process too; the registries read the entry points afresh)."""
     import tomllib
 
+    from ordersim.measurements import MEASUREMENTS
     from ordersim.orderers import ORDERERS
     from ordersim.stragglers import STRAGGLER_MODELS
 
@@ -231,17 +358,18 @@ def installed_plug_in(tmp_path, monkeypatch):
     (package / "__init__.py").write_text("")
     (package / "norm_sort.py").write_text(example_block("orderer"))
     (package / "slow_worker.py").write_text(example_block("straggler model"))
+    (package / "model_norms.py").write_text(example_block("measurement"))
     page = (ROOT / "docs/adding.md").read_text()
     toml = re.search(r"<!-- example: entry points -->\n```toml\n(.*?)```", page, re.S).group(1)
     groups = tomllib.loads(toml)["project"]["entry-points"]
-    assert set(groups) == {"ordersim.orderers", "ordersim.straggler_models"}
+    assert set(groups) == {"ordersim.orderers", "ordersim.straggler_models", "ordersim.measurements"}
     info = site / "ordersim_example_plugin-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ordersim-example-plugin\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text("".join(
         f"[{group}]\n" + "".join(f"{name} = {target}\n" for name, target in points.items()) + "\n"
         for group, points in groups.items()))
-    registries = (ORDERERS, STRAGGLER_MODELS)
+    registries = (ORDERERS, STRAGGLER_MODELS, MEASUREMENTS)
     monkeypatch.syspath_prepend(str(site))
     for registry in registries:
         monkeypatch.setattr(registry, "_entries", None)  # read again, with the package
@@ -250,10 +378,12 @@ def installed_plug_in(tmp_path, monkeypatch):
         registry._entries = None  # monkeypatch restores the built-in ones' cache: drop it too
 
 
-def test_an_installed_package_adds_an_orderer_and_a_straggler_model(installed_plug_in, plug_in_files, tmp_path):
+def test_an_installed_package_adds_an_orderer_a_straggler_model_and_a_measurement(installed_plug_in,
+                                                                                  plug_in_files, tmp_path):
     """The listing and --help of a fresh process name the installed classes; a run uses them by
     name, with the page's problem, data source and coding scheme by path: the slow worker (four
-    times the others) is never among the first n - s = 3 of 4."""
+    times the others) is never among the first n - s = 3 of 4, and the measurement's datasets
+    are in the trace and, as the schema's, in analysis.load's frame."""
     import os
     import subprocess
 
@@ -270,11 +400,13 @@ def test_an_installed_package_adds_an_orderer_and_a_straggler_model(installed_pl
         return result.stdout
 
     assert re.search(r"^norm-sort +visit the examples with the largest gradients", ordersim("orderers"), re.M)
-    assert "slow-worker" in " ".join(ordersim("run", "--help").split())
+    help_text = " ".join(ordersim("run", "--help").split())
+    assert "slow-worker" in help_text and "measurements by name (model-norms;" in help_text
     out = tmp_path / "plug_ins.h5"
     assert main(["--orderers", "norm-sort", "--stragglers", "slow-worker", "--straggler-options", '{"slow": 2}',
                  "--problem", plug_in_files["problem"], "--data", f"{plug_in_files['data source']}:200?cells=2",
                  "--coding", plug_in_files["coding scheme"], "--coding-s", "1", "--workers", "4",
+                 "--measurements", "model-norms",
                  "--seeds", "0", "--epochs", "2", "--no-herding", "--quiet", "--out", str(out)]) == 0
     with h5py.File(out, "r") as f:
         run = f["runs/norm-sort/seed_0"]
@@ -282,3 +414,10 @@ def test_an_installed_package_adds_an_orderer_and_a_straggler_model(installed_pl
         assert run.attrs["status"] == "completed" and run["test_accuracy"][-1] > 0
         responded = run["stragglers/responded"][()]
         assert responded.shape[1] == 4 and not responded[:, 2].any() and responded[:, [0, 1, 3]].all()
+        x_norm = run["x_norm"][()]
+    from ordersim import trace_schema
+    from ordersim.analysis.load import load_runs, per_epoch_names
+
+    assert {"x_norm", "worker_grad_max"} <= set(per_epoch_names())
+    assert trace_schema.switched_on({"measurements": ["model-norms"]}) == {"x_norm", "worker_grad_max"}
+    np.testing.assert_array_equal(load_runs(out)["x_norm"], x_norm)

@@ -150,3 +150,33 @@ def test_problems_listing_shows_every_data_source_once_with_its_spec(capsys):
         if cls.reads_file:  # a file source's spec takes a path
             assert f"{name}:PATH" in specs, name
     assert "sklearn:breast_cancer" in specs and len(specs) == len(set(specs))
+
+
+def test_the_measurement_registry_and_its_checks():
+    """The built-in measurements are the public modules of ordersim/measurements/, each with a
+    declaration the trace takes; a measurement's values are numbers (or None) of its declared
+    datasets, anything else is named in one phrase."""
+    import numpy as np
+
+    from ordersim.measurements import MEASUREMENTS, run_measurements
+    from ordersim.measurements.base import declaration_error, values_error
+    from ordersim.trace_schema import Dataset
+
+    assert list(MEASUREMENTS) == ["dist-to-opt", "held-out", "suboptimality"]
+    assert all(cls.default and declaration_error(cls) is None for cls in MEASUREMENTS.values())
+    assert run_measurements(["held-out"]) == list(MEASUREMENTS.values())  # a default one named again: once
+    cls = MEASUREMENTS["held-out"]
+    for values in ({}, {"test_loss": 1.0, "test_accuracy": None}, {"test_loss": np.float64(2)},
+                   {"test_loss": np.int64(3)}, {"test_loss": np.array(4.0)}):
+        assert values_error(cls, values) is None, values
+    for values, phrase in (([1.0], "returned a list; allowed: a dict"),
+                           ({"test_loss": np.zeros((1,))}, "returned ndarray of shape (1,) for 'test_loss'"),
+                           ({"test_loss": "1"}, "returned str of shape () for 'test_loss'"),
+                           ({"loss": 1.0}, "returned the dataset 'loss', which it does not declare")):
+        assert phrase in values_error(cls, values)
+
+    class Matrix(cls):
+        datasets = (Dataset("m", "float64", "(T, d)", "", ""),)
+
+    assert declaration_error(Matrix) == ("declares 'm' as float64 (T, d); allowed: float64 or int64 (T,), "
+                                         "one number per measured epoch")
