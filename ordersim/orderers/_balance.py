@@ -26,13 +26,13 @@ from numba import njit
 
 import math
 
-from ordersim.orderers import _projection
 from ordersim.orderers._projection import project
 from ordersim.orderers._vector import (add_signed_difference, add_signed_difference_and_sum,
                                        add_signed_difference_and_sum_then_dot, add_signed_difference_then_dot,
                                        dot_with_difference, squared_norm_of_difference)
-from ordersim.orderers._state import N, OBSERVED, GradientOrderer, StateLayout, f64, i64, observer, open_for, \
-    state_kernel, u8
+from ordersim.orderers._state import N, OBSERVED, StateLayout, f64, i64, observer, open_for, state_kernel, u8
+from ordersim.orderers._units import (UNITS, UnitOrderer, add_to_group, close_group, group_size, group_sum,
+                                     projection_of, unit_vectors)
 
 SIGN_DETERMINISTIC = 0
 SIGN_WALK = 1
@@ -40,6 +40,7 @@ SIGN_KERNEL_HALVING = 2  # ADAPTIVE_BALANCE's rules, of the adaptive pair kernel
 SIGN_SCALED_WALK = 3
 
 BALANCE = StateLayout(
+    **UNITS.fields,  # grouped balancing and the projection (_units.py)
     # 1 for +1: row i's example at visit position t (mean balance) or its pair (t, t + 1) =
     # (2k, 2k + 1) at [i, k] (pair balance)
     signs=u8["m", "n"],
@@ -53,25 +54,10 @@ BALANCE = StateLayout(
     sign_mode=i64[()],  # SIGN_DETERMINISTIC or SIGN_WALK (or an ADAPTIVE_BALANCE mode)
     tie_plus=i64[()],  # 1: eps = +1 for <s, v> = 0
     walk_bound=f64[()],  # the walk's c
-    # Grouped balancing and the projection (docs/algorithms.md); 0 wide when not used.
-    group_size=i64[()],  # r
-    group_sum=f64["m", "group_dim"],  # per row, the sum of its open group's gradients (d)
-    group_mean=f64["m", "group_dim"],  # per row, a completed group's mean (d)
-    unit_vectors=f64["m", "unit_dim"],  # per row, the vector its unit (or pair) is balanced as
-    projection_kind=i64[()],  # _projection.NONE, GAUSSIAN or SPARSE
-    dense_projection=f64["dense_rows", "dense_cols"],  # gaussian Pi (k, d)
-    sparse_columns=i64["sparse_entries"],  # sparse Pi: every row's + columns, then its - columns
-    sparse_bounds=i64["sparse_bound_slots"],  # where they start: 2k + 1 offsets
-    sparse_scale=f64[()],  # sigma
 )
 signs, walk_failures, running_sum = BALANCE.signs, BALANCE.walk_failures, BALANCE.running_sum
 peaks, uniforms, extra = BALANCE.peaks, BALANCE.uniforms, BALANCE.extra
 sign_mode, tie_plus, walk_bound = BALANCE.sign_mode, BALANCE.tie_plus, BALANCE.walk_bound
-group_size, group_sum, group_mean, unit_vectors = (BALANCE.group_size, BALANCE.group_sum, BALANCE.group_mean,
-                                                   BALANCE.unit_vectors)
-projection_kind, dense_projection, sparse_columns = (BALANCE.projection_kind, BALANCE.dense_projection,
-                                                     BALANCE.sparse_columns)
-sparse_bounds, sparse_scale = BALANCE.sparse_bounds, BALANCE.sparse_scale
 
 # BALANCE's fields first, in its order, so that BALANCE's accessors read them in these states
 # too; then the state of the two adaptive pair rules (docs/algorithms.md, "kh-sgd", "sbw").
@@ -347,19 +333,6 @@ def adaptive_pair_difference_observe(differences, state):
 # stale mean, the pair walk P(first unit - second unit), P = Pi or the identity. These kernels
 # make that vector in unit_vectors and sign it with the same vector code and sign rules as the
 # kernels above; the orderers without either option keep those.
-@njit(inline="always", error_model="numpy")
-def add_to_group(sums, g, opens):
-    """sums += g, from 0.0 when g opens the group (the sum in visit order)."""
-    for c in range(sums.shape[0]):
-        sums[c] = (0.0 if opens else sums[c]) + g[c]
-
-
-@njit(inline="always", error_model="numpy")
-def group_mean_into(out, sums, r):
-    for c in range(out.shape[0]):
-        out[c] = sums[c] / r
-
-
 @observer
 def unit_mean_balance_observe(grads, state, start):
     """GraB's mean balance (mean_balance_observe) on units: the visit positions are cut into
@@ -372,9 +345,8 @@ def unit_mean_balance_observe(grads, state, start):
     chosen, failures, s, peak = signs(state), walk_failures(state), running_sum(state), peaks(state)
     u, rows = uniforms(state), extra(state)
     mode, plus, walk_c = sign_mode(state), tie_plus(state) != 0, walk_bound(state)
-    r, sums, means, vectors = group_size(state), group_sum(state), group_mean(state), unit_vectors(state)
-    kind, dense, columns, bounds, sigma = (projection_kind(state), dense_projection(state), sparse_columns(state),
-                                           sparse_bounds(state), sparse_scale(state))
+    r, sums, vectors = group_size(state), group_sum(state), unit_vectors(state)
+    kind, dense, columns, bounds, sigma = projection_of(state)
     end = state[N] // r * r
     for j in range(b):
         t = start + j
@@ -387,9 +359,8 @@ def unit_mean_balance_observe(grads, state, start):
         position = t // r
         for i in range(m):
             if r > 1:
-                add_to_group(sums[i], grads[i, j], False)
-                group_mean_into(means[i], sums[i], r)
-                project(vectors[i], means[i], None, kind, dense, columns, bounds, sigma)
+                close_group(sums[i], grads[i, j], r)
+                project(vectors[i], sums[i], None, kind, dense, columns, bounds, sigma)
             else:
                 project(vectors[i], grads[i, j], None, kind, dense, columns, bounds, sigma)
             v, mean_prev = vectors[i], rows[0, i]
@@ -424,36 +395,37 @@ def walk_unit_pairs(grads, state, start, decide, rule):
     m, b = grads.shape[0], grads.shape[1]
     chosen, failures, s, peak = signs(state), walk_failures(state), running_sum(state), peaks(state)
     u, pending = uniforms(state), extra(state)[0]
-    r, sums, means, vectors = group_size(state), group_sum(state), group_mean(state), unit_vectors(state)
-    kind, dense, columns, bounds, sigma = (projection_kind(state), dense_projection(state), sparse_columns(state),
-                                           sparse_bounds(state), sparse_scale(state))
+    r, sums, vectors = group_size(state), group_sum(state), unit_vectors(state)
+    kind, dense, columns, bounds, sigma = projection_of(state)
     end = state[N] // r // 2 * 2 * r
     for j in range(b):
         t = start + j
         if t >= end:
             break
-        if r > 1 and t % r != r - 1:
-            for i in range(m):
-                add_to_group(sums[i], grads[i, j], t % r == 0)
-            continue
         position = t // r
         opens_pair = position % 2 == 0
-        for i in range(m):
-            if r > 1:
-                add_to_group(sums[i], grads[i, j], False)
-                if opens_pair:
-                    group_mean_into(pending[i], sums[i], r)
+        if r > 1:
+            # a pair's first group is summed (and made its mean) in pending, its second in sums
+            for i in range(m):
+                total = pending[i] if opens_pair else sums[i]
+                if t % r != r - 1:
+                    add_to_group(total, grads[i, j], t % r == 0)
                 else:
-                    group_mean_into(means[i], sums[i], r)
-                    project(vectors[i], pending[i], means[i], kind, dense, columns, bounds, sigma)
-            elif opens_pair:
-                if j == b - 1:  # the partner comes in a later call: keep a copy
-                    for c in range(pending.shape[1]):
-                        pending[i, c] = grads[i, j, c]
-            elif j == 0:
-                project(vectors[i], pending[i], grads[i, j], kind, dense, columns, bounds, sigma)
-            else:
-                project(vectors[i], grads[i, j - 1], grads[i, j], kind, dense, columns, bounds, sigma)
+                    close_group(total, grads[i, j], r)
+                    if not opens_pair:
+                        project(vectors[i], pending[i], sums[i], kind, dense, columns, bounds, sigma)
+            if t % r != r - 1:
+                continue
+        else:
+            for i in range(m):
+                if opens_pair:
+                    if j == b - 1:  # the partner comes in a later call: keep a copy
+                        for c in range(pending.shape[1]):
+                            pending[i, c] = grads[i, j, c]
+                elif j == 0:
+                    project(vectors[i], pending[i], grads[i, j], kind, dense, columns, bounds, sigma)
+                else:
+                    project(vectors[i], grads[i, j - 1], grads[i, j], kind, dense, columns, bounds, sigma)
         if not opens_pair:
             sign_unit_pairs(position // 2, vectors, s, decide, rule, u, failures, peak, chosen)
 
@@ -479,8 +451,7 @@ def walk_projected_differences(differences, state, decide, rule):
         return -1
     chosen, failures, s, peak = signs(state), walk_failures(state), running_sum(state), peaks(state)
     u, vectors = uniforms(state), unit_vectors(state)
-    kind, dense, columns, bounds, sigma = (projection_kind(state), dense_projection(state), sparse_columns(state),
-                                           sparse_bounds(state), sparse_scale(state))
+    kind, dense, columns, bounds, sigma = projection_of(state)
     for q in range(p):
         for i in range(differences.shape[0]):
             project(vectors[i], differences[i, q], None, kind, dense, columns, bounds, sigma)
@@ -529,7 +500,7 @@ def place_by_signs(order, signs, pairs, next_order):
                     right -= 1
 
 
-class BalancingOrderer(GradientOrderer):
+class BalancingOrderer(UnitOrderer):
     """The balancing orderers' state (BALANCE) and epoch: subclasses set ``kernel`` (one of the
     kernels above), ``extra_rows``, the rows of their (extra_rows, m, ·) ``extra`` field, and
     ``pair_walk`` for the pair walks. With the options projection or group the orderer balances
@@ -539,7 +510,6 @@ class BalancingOrderer(GradientOrderer):
     state_layout = BALANCE
     extra_rows = 1
     pair_walk = False
-    takes_projection_and_group = True
     # the kernels of units: (gradients, pair differences) of the sign options and of an
     # ADAPTIVE_BALANCE rule
     unit_kernels = (unit_mean_balance_observe, None)
@@ -550,66 +520,20 @@ class BalancingOrderer(GradientOrderer):
         return 1 if self.coordinated else self.workers
 
     @property
-    def units(self) -> int:
-        """Units per row and epoch: the whole groups of r visit positions (n with r = 1)."""
-        return self.examples // self.group
-
-    @property
-    def balanced_dim(self) -> int:
-        """The dimension of the balanced vectors and the running sum: k, or d without a projection."""
-        return self.projection_dim if self.projection != "none" else self.dim
+    def units_per_sum(self) -> int:
+        """A shared running sum balances every worker's units."""
+        return self.units * (self.workers if self.coordinated else 1)
 
     @property
     def extra_dim(self) -> int:
         """extra's width: a pair walk keeps a pending first gradient (d), mean balance its means."""
         return self.dim if self.pair_walk else self.balanced_dim
 
-    def _setup(self):
-        super()._setup()
-        self.balances_units = self.projection != "none" or self.group > 1
-        if self.projection != "none" and self.projection_dim == 0:  # the Johnson-Lindenstrauss default
-            per_sum = self.units * (self.workers if self.coordinated else 1)
-            self.projection_dim = _projection.johnson_lindenstrauss_dim(max(per_sum, 1), self.dim)
-        k, d = self.projection_dim, self.dim
-        gaussian, sparse = self.projection == "gaussian", self.projection == "sparse"
-        self.group_dim = d if self.group > 1 else 0
-        self.unit_dim = self.balanced_dim if self.balances_units else 0
-        self.dense_rows, self.dense_cols = (k, d) if gaussian else (0, 0)
-        self._sparse = _projection.sparse_projection(self.seed, k, d) if sparse else None
-        self.sparse_entries = len(self._sparse[0]) if sparse else 0
-        self.sparse_bound_slots = 2 * k + 1 if sparse else 0
-
     def _setup_state(self):
         self.sign_mode[...] = SIGN_WALK if self.sign == "walk" else SIGN_DETERMINISTIC
         self.tie_plus[...] = self.tie == "plus"
         self.walk_bound[...] = self.walk_c
-        self.group_size[...] = self.group
-        self.projection_kind[...] = _projection.KINDS[self.projection]
-        if self.projection == "gaussian":
-            self.dense_projection[...] = _projection.gaussian_projection(self.seed, self.projection_dim, self.dim)
-        if self._sparse is not None:
-            self.sparse_columns[:], self.sparse_bounds[:], self.sparse_scale[...] = self._sparse
-        del self._sparse  # kept in the state
-        self._bind_kernels()
-
-    def _bind_kernels(self):
-        """The unit kernels as this orderer's, when it balances units. A grouped pair walk has no
-        kernel of pair differences: its pairs are of group means, which example differences do
-        not give."""
-        if self.balances_units:
-            self.kernel, difference_kernel = self.unit_kernels
-            self.pair_difference_kernel = difference_kernel if self.group == 1 else None
-
-    # The kernels are functions, which a checkpoint does not keep: they are bound again.
-    def checkpoint_state(self) -> dict:
-        state = super().checkpoint_state()
-        for name in ("kernel", "pair_difference_kernel"):
-            state.pop(name, None)
-        return state
-
-    def _restored(self):
-        super()._restored()
-        self._bind_kernels()
+        super()._setup_state()
 
     def _begin(self):
         self.running_sum[:] = 0.0
@@ -623,15 +547,12 @@ class BalancingOrderer(GradientOrderer):
             next_order = np.empty_like(self.epoch_order)
             place_by_signs(self.epoch_order, self.signs, self.pair_walk, next_order)
             return next_order
-        # the units' next positions by their signs, then every unit's r examples in their order;
-        # the positions after the last whole group stay last
-        m, units, r = self.workers, self.units, self.group
-        positions = np.ascontiguousarray(np.broadcast_to(np.arange(units, dtype=np.int64), (m, units)))
+        # the units' next positions by their signs, then every unit's r examples in their order
+        positions = np.ascontiguousarray(np.broadcast_to(np.arange(self.units, dtype=np.int64),
+                                                         (self.workers, self.units)))
         placed = np.empty_like(positions)
-        place_by_signs(positions, np.ascontiguousarray(self.signs[:, :units]), self.pair_walk, placed)
-        slots = (placed[:, :, None] * r + np.arange(r)).reshape(m, units * r)
-        return np.concatenate([np.take_along_axis(self.epoch_order, slots, axis=1),
-                               self.epoch_order[:, units * r:]], axis=1)
+        place_by_signs(positions, np.ascontiguousarray(self.signs[:, :self.units]), self.pair_walk, placed)
+        return self.expand_units(placed)
 
     @property
     def balance_discrepancy(self) -> float:

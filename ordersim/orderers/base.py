@@ -93,8 +93,9 @@ class Orderer:
     required_options: tuple[str, ...] = ()
     # Balancing orderers whose signs follow a rule of their own, not the sign options.
     own_sign_rule: bool = False
-    # Orderers that read the gradients and take the options projection and group (the balancing
-    # orderers); the other gradient orderers refuse them, the gradient-free ones ignore them.
+    # Orderers that read the gradients and take the options projection and group (UnitOrderer,
+    # orderers/_units.py: every built-in one); other gradient orderers (a user's) refuse them, the
+    # gradient-free ones ignore them.
     takes_projection_and_group: bool = False
     # Set by begin_epoch() and end_epoch() (GradientOrderers keep both in their state header).
     in_epoch: bool = False

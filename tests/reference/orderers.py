@@ -404,7 +404,7 @@ def sbw(m, n, d, seed, grads_per_epoch, stats=None, epochs=None, b_max=None, pai
 
 
 # -- recursive pair balance ----------------------------------------------------------------------------
-def recursive_pair(m, n, d, seed, grads_per_epoch, stats=None, block=8, **options):
+def recursive_pair(m, n, d, seed, grads_per_epoch, stats=None, block=8, pair_vector=None, **options):
     """grab-sampler's recursive pair balance, every worker on its own. The visit order is cut into
     blocks of B = ``block`` = 2^p consecutive positions (the last n mod B positions are no block).
     A block's examples go through a binary tree of B - 1 nodes (heap order: node t's children are
@@ -421,8 +421,10 @@ def recursive_pair(m, n, d, seed, grads_per_epoch, stats=None, block=8, **option
     of stream(seed, "walk", w, e).random(blocks p B/2).
     Next order: for i = 0..B-1, the i-th examples L_j[i] of all blocks j in block order (in reverse
     block order when i is odd); the n mod B examples after the last block, in visit order, go
-    between the first B/2 of these runs and the last B/2. With B = 2 this is pair balance."""
+    between the first B/2 of these runs and the last B/2. With B = 2 this is pair balance.
+    ``pair_vector(a, b)``: as in _pair_balance."""
     o = _options(**options)
+    pair_vector = pair_vector or np.subtract
     B = block
     levels = B.bit_length() - 1
     if B < 2 or B != 1 << levels:
@@ -438,7 +440,7 @@ def recursive_pair(m, n, d, seed, grads_per_epoch, stats=None, block=8, **option
         for i in range(m):
             rule = SignRule(1, n, d, seed, o["first_worker"] + i, o["sign"], walk_c, o["tie"])
             rule.u = [stream(seed, "walk", o["first_worker"] + i, epoch).random(blocks * per_block)]
-            acc = np.zeros((B - 1, d))
+            acc = np.zeros((B - 1, d))  # d: the balanced dimension (k under a projection)
 
             def balance(j, node, examples):
                 nonlocal peak
@@ -450,7 +452,7 @@ def recursive_pair(m, n, d, seed, grads_per_epoch, stats=None, block=8, **option
                 plus, minus, signed = [], [], []
                 for q in range(len(examples) // 2):
                     first, second = examples[2 * q], examples[2 * q + 1]
-                    v = grads[i, first] - grads[i, second]
+                    v = pair_vector(grads[i, first], grads[i, second])
                     eps = rule(s, v, 0, first_decision + q)
                     signed.append(eps * v)
                     plus.append(first if eps > 0 else second)
@@ -597,11 +599,11 @@ REFERENCES = {
     "pair-grab": with_units(pair_grab, pairs=True),
     "d-grab-pair": with_units(d_grab_pair, pairs=True),
     "cd-grab": with_units(cd_grab, pairs=True, coordinated=True),
-    "greedy": greedy,
+    "greedy": with_units(greedy),
     "kh-sgd": with_units(kh_sgd, pairs=True),
     "cd-kh": with_units(cd_kh, pairs=True, coordinated=True),
     "sbw": with_units(sbw, pairs=True),
-    "recursive-pair": recursive_pair,
+    "recursive-pair": with_units(recursive_pair, pairs=True),
 }
 
 
