@@ -1,6 +1,6 @@
 """The engine's fixed cost per example (issue #23 item 3): rr's epoch next to a hand-written loop.
 
-    python benchmarks/bench_per_example.py            # N = 200 000, under a minute
+    python benchmarks/bench_per_example.py            # N = 200 000, about a minute of CPU time
     python benchmarks/bench_per_example.py --quick    # N = 40 000, seconds
 
 Logistic regression (lam = 1e-3, no momentum, no weight decay), one worker, rr's visits (random
@@ -13,7 +13,7 @@ memory) visited once.
   Run.epoch_inputs builds for rr (no gradients kept) and no trace (trace_every = 0); "traced":
   the same with the loss recorded at every step (trace_every = 1);
 - hand: `hand_sgd` below, 20 lines of Numba with the same arithmetic (the problem's fastmath dot
-  product and sigmoid, x -= lr (sum / b)) and no loss;
+  product and sigmoid, lam x in every example's gradient, x -= lr (sum / b)) and no loss;
 - read: at d = 128, a sum of the rows of A in the same random order (one 1 KB row per example:
   the memory-bound floor of any SGD over them).
 
@@ -97,7 +97,8 @@ def engine_epoch(problem, A, y, order, b, trace_every):
     start = time.process_time()
     done = loop(*inputs)
     elapsed = time.process_time() - start
-    assert done == steps, done
+    if done != steps:
+        raise RuntimeError(f"the epoch ended after {done} of {steps} steps (diverged)")
     return elapsed
 
 
