@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import config, njit, types
+from numba.core import errors
 from numba.core.types.function_type import CompileResultWAP
 
 from ordersim import numba_cache  # before the cached kernels: stamps them
@@ -40,35 +41,82 @@ def compile_for_steps(batch_grads) -> None:
         pass  # with its own options already; the loops call whichever accepts their arrays
 
 
+def loss_dropped(x, A, y, idx, params, out):
+    """The template of gradients_kernel's kernels: batch_grads' gradients, its loss unused."""
+    batch_grads(x, A, y, idx, params, out)
+    return 0.0
+
+
+_GRADIENT_KERNELS = {}
+
+
+def gradients_kernel(batch_grads):
+    """A kernel that writes batch_grads' gradients, bit for bit, and returns 0.0 instead of the
+    loss, which the step loops need only on the steps they trace (Recording.trace_every).
+
+    batch_grads' own code, inlined (inline="always") into a copy of loss_dropped compiled with
+    batch_grads' options (fastmath included: the same instructions for the same operations), so
+    LLVM drops what only the loss uses (logistic: a log1p and an exp per example, the regularizer's
+    pass over x). Cached on disk as the loops are (problem_loop), per kernel digest; compiled here
+    for the loops' argument types, as compile_for_steps does batch_grads. A kernel whose code cannot
+    be inlined that way (or without the JIT) is its own gradients kernel: the loss computed and
+    dropped."""
+    found = _GRADIENT_KERNELS.get(batch_grads)
+    if found is not None:
+        return found
+    found = batch_grads
+    if not config.DISABLE_JIT:
+        options = {key: value for key, value in batch_grads.targetoptions.items()
+                   if key not in ("cache", "inline", "nopython")}
+        digest = numba_cache.kernel_digest(batch_grads)
+        names = dict(globals(), batch_grads=njit(inline="always", **options)(batch_grads.py_func))
+        copy = _copy(loss_dropped, names, f"loss_dropped_{digest or 'uncached'}")
+        compiled = njit(cache=digest is not None, **options)(copy)
+        try:
+            compiled.compile(STEP_KERNEL_ARGS)
+            found = compiled
+        except errors.NumbaError:
+            pass
+    _GRADIENT_KERNELS[batch_grads] = found
+    return found
+
+
 # The loops' code below (worker_step, worker_examples, epoch_steps; metrics.herding_steps) calls the
-# problem's kernel, and the MPI loop the exchange, by global names that problem_loop binds in each
-# problem's jitted copies; here they hold the serial loop's values (the exchange's names only in
-# branches that an exchange of None removes at compile time).
-batch_grads = None
+# problem's kernel (batch_grads, and gradients_only: gradients_kernel's), and the MPI loop the
+# exchange, by global names that problem_loop binds in each problem's jitted copies; here they hold
+# the serial loop's values (the exchange's names only in branches that an exchange of None removes
+# at compile time).
+batch_grads = gradients_only = None
 STALLED, STEP, collect, exchange_rows, publish = -1, 0, None, None, None
 
 
-def worker_step(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum):
+def worker_step(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum, with_loss):
     """Gradients of one worker's next `count` examples (visit positions pos..pos+count-1).
 
     Local example e of local row `row` is row base + e of A. Writes the per-example gradients to
-    grads[:count] and their sum (in visit order) to grad_sum; returns the sum of the losses.
+    grads[:count] and their sum (in visit order) to grad_sum; returns the sum of the losses, or
+    without `with_loss` 0.0 (their computation left out: gradients_kernel).
     One example (every step at b = 1) goes to a version compiled for exactly one: the serial
     loop's memory-bound epoch at b = 1 took 15 % less time that way (docs/performance.md).
     """
     if count == 1:
-        return worker_examples(x, A, y, params, order, row, base, pos, 1, idx, grads, grad_sum)
-    return worker_examples(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum)
+        return worker_examples(x, A, y, params, order, row, base, pos, 1, idx, grads, grad_sum,
+                               with_loss)
+    return worker_examples(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum,
+                           with_loss)
 
 
-def worker_examples(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum):
+def worker_examples(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum, with_loss):
     """worker_step's work. The rows of the worker's next `count` examples are prefetched first,
     to arrive while these are computed."""
     for r in range(pos + count, min(pos + 2 * count, order.shape[1])):
         prefetch_row(A, base + order[row, r])
     for r in range(count):
         idx[r] = base + order[row, pos + r]
-    loss = batch_grads(x, A, y, idx[:count], params, grads[:count])
+    if with_loss:
+        loss = batch_grads(x, A, y, idx[:count], params, grads[:count])
+    else:
+        loss = gradients_only(x, A, y, idx[:count], params, grads[:count])
     # the sum from 0.0 in visit order; its first term written in the same pass as the zeroing
     d = grad_sum.shape[0]
     for k in range(d):
@@ -79,7 +127,7 @@ def worker_examples(x, A, y, params, order, row, base, pos, count, idx, grads, g
     return loss
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def apply_update(x, velocity, worker_sums, count, lr, momentum, weight_decay, total):
     """x -= lr * v with v = momentum v + g, g = (sum over workers in worker order) / count + wd x.
 
@@ -158,6 +206,13 @@ def apply_coded_update(x, velocity, history, coef, step, lr, momentum, weight_de
 
 
 @njit(inline="always", error_model="numpy")
+def slot_of(step, slots):
+    """The history's slot of global step `step`: step mod slots, with no division (tens of
+    cycles, every step) for the single slot of plain updates."""
+    return 0 if slots == 1 else step % slots
+
+
+@njit(inline="always", error_model="numpy")
 def update_after_step(x, velocity, history, coef, row, step, count, coded, lr, momentum,
                       weight_decay, total):
     """The update that follows global step `step`, whose per-worker sums (of `count` examples
@@ -166,7 +221,7 @@ def update_after_step(x, velocity, history, coef, row, step, count, coded, lr, m
     if coded:
         return apply_coded_update(x, velocity, history, coef[row], step, lr, momentum, weight_decay,
                                   total)
-    return apply_update(x, velocity, history[step % history.shape[0]], history.shape[1] * count,
+    return apply_update(x, velocity, history[slot_of(step, history.shape[0])], history.shape[1] * count,
                         lr, momentum, weight_decay, total)
 
 
@@ -325,7 +380,7 @@ class Exchange(NamedTuple):
 class Recording(NamedTuple):
     """What the epoch leaves behind: the mean loss of every trace_every-th global step into
     trace_loss[k] (k: the epoch's step), and timers (3,) += compute, communication and ordering
-    seconds (jit_clock)."""
+    seconds (jit_clock; the serial loop's compute is its whole time minus the ordering)."""
     trace_every: int
     trace_loss: np.ndarray
     timers: np.ndarray
@@ -343,9 +398,10 @@ class EpochInputs(NamedTuple):
 
 _LOOPS, _NAMES = {}, {}
 # worker_step and worker_examples, jitted in each problem's copies with these options (_nrt: see
-# epoch_loop); inlined, or called from the loops, they take no kernel argument: a dispatcher
-# passed as a value is a constant of the process (its id) in the machine code, not cacheable
-_STEP_HELPERS = {"worker_step": dict(inline="always", _nrt=False), "worker_examples": dict(_nrt=False)}
+# epoch_loop); inlined into the loops (a call per step passed every field of its arrays), they
+# take no kernel argument: a dispatcher passed as a value is a constant of the process (its id) in
+# the machine code, not cacheable
+_STEP_HELPERS = {name: dict(inline="always", _nrt=False) for name in ("worker_step", "worker_examples")}
 
 
 def _problem_names(kernel, exchanging: bool) -> dict:
@@ -355,7 +411,7 @@ def _problem_names(kernel, exchanging: bool) -> dict:
     names = _NAMES.get(key)
     if names is not None:
         return names
-    names = dict(globals(), batch_grads=kernel)
+    names = dict(globals(), batch_grads=kernel, gradients_only=gradients_kernel(kernel))
     if exchanging:
         from ordersim import node_exchange, stall
 
@@ -396,7 +452,8 @@ def problem_loop(template, kernel, exchanging: bool = False, **options):
     digest = numba_cache.kernel_digest(kernel)
     names = _problem_names(kernel, exchanging)
     if template.__globals__ is not globals():  # another module's template (metrics' herding pass)
-        names = dict(template.__globals__, **{name: names[name] for name in ("batch_grads", *_STEP_HELPERS)})
+        names = dict(template.__globals__, **{name: names[name] for name in
+                                              ("batch_grads", "gradients_only", *_STEP_HELPERS)})
     loop = _copy(template, names,
                  f"{template.__name__}_{'mpi' if exchanging else 'serial'}_{digest or 'uncached'}")
     if not config.DISABLE_JIT:
@@ -430,7 +487,8 @@ needs no MPI library).
     first gradient is written to its row directly), and observe (a pair_difference_kernel) gets
     the whole pairs when a step ends on a pair's end and the steps up to the next one's would not
     fit (two steps for b odd, one for b even), and at the epoch's end. Every trace_every steps
-    the step's loss (with an Exchange: one more exchange, of the losses) goes to the Recording.
+    the step's loss (with an Exchange: one more exchange, of the losses) goes to the Recording;
+    the other steps do not compute it (gradients_kernel: logistic's log1p and exp per example).
     The last update (and a GATHERED orderer's last observe) follows the loop.
 
     Returns the steps done, or -(steps done, the diverging one included) - 1 when x stopped being
@@ -468,16 +526,21 @@ def epoch_steps(model, data, rule, observer, exchange, recording):
     finite = True
     status = 0  # of the step's exchanges: STALLED ends the loop
     previous = kept  # GATHERED: every worker's gradients of the step before
+    # The serial loop's compute time is the loop's minus the orderer's: no clock per step
+    started = seconds()
     while pos < n:
         count = min(b, n - pos)
         step = rule.first_step + k
-        t0 = seconds()
+        if exchange is not None:
+            t0 = seconds()
         if k > 0:
             finite = update_after_step(x, velocity, history, coef, k - 1, step - 1, last_count,
                                        rule.coded, rule.lr, rule.momentum, rule.weight_decay, total)
             if not finite:
                 break
-        sums = history[step % slots] if exchange is None else exchange.local_sums
+        slot = slot_of(step, slots)
+        sums = history[slot] if exchange is None else exchange.local_sums
+        traced = recording.trace_every > 0 and step % recording.trace_every == 0
         loss = 0.0
         for w in range(local):
             # the kernel writes straight into kept where it can (no copy through scratch)
@@ -489,7 +552,8 @@ def epoch_steps(model, data, rule, observer, exchange, recording):
                 out = kept[w]
             else:
                 out = scratch
-            worker_loss = worker_step(x, A, y, params, order, w, w * n, pos, count, idx, out, sums[w])
+            worker_loss = worker_step(x, A, y, params, order, w, w * n, pos, count, idx, out, sums[w],
+                                      traced)
             if pairs and (count > 1 or held % 2 == 1):
                 fold_pairs(scratch, count, held, kept[w])
             if exchange is None:
@@ -520,16 +584,16 @@ def epoch_steps(model, data, rule, observer, exchange, recording):
             t3 = seconds()
             if mode == GATHERED:
                 if b == 1:  # a worker's gradient is its sum (the updates add it to 0.0 either way)
-                    all_grads = history[step % slots].reshape((m, 1, d))
+                    all_grads = history[slot].reshape((m, 1, d))
                 status = collect(local_grads, all_grads, link)
                 if b > 1:
-                    row_sums(all_grads, history[step % slots])
+                    row_sums(all_grads, history[slot])
                 previous = all_grads
             else:
-                status = collect(exchange.local_sums, history[step % slots], link)
+                status = collect(exchange.local_sums, history[slot], link)
             if status == STALLED:
                 break
-        if recording.trace_every > 0 and step % recording.trace_every == 0:
+        if traced:
             if exchange is not None:
                 status = exchange_rows(exchange.local_loss, exchange.all_loss, exchange.link)
                 if status == STALLED:
@@ -537,10 +601,8 @@ def epoch_steps(model, data, rule, observer, exchange, recording):
                 for w in range(m):  # in worker order, as the serial loop above
                     loss += exchange.all_loss[w, 0]
             recording.trace_loss[k] = loss / (m * count)
-        t4 = seconds()
-        if exchange is None:
-            compute += t4 - t0
-        else:
+        if exchange is not None:
+            t4 = seconds()
             compute += t1 - t0
             communicate += (t2 - t1) + (t4 - t3)
             ordering += t3 - t2
@@ -571,6 +633,8 @@ def epoch_steps(model, data, rule, observer, exchange, recording):
                                    last_count, rule.coded, rule.lr, rule.momentum,
                                    rule.weight_decay, total)
         compute += seconds() - t0
+    if exchange is None:
+        compute = seconds() - started - ordering
     timers = recording.timers
     timers[0] += compute
     timers[1] += communicate

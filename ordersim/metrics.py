@@ -174,7 +174,7 @@ def herding_steps(x, A, y, params, order, row, base, first_step, steps, b, n, id
     for s in range(steps):
         pos = (first_step + s) * b
         count = min(b, n - pos)
-        worker_step(x, A, y, params, order, row, base, pos, count, idx, scratch, out[s])
+        worker_step(x, A, y, params, order, row, base, pos, count, idx, scratch, out[s], False)
         grad_error_walk(scratch, count, mean, prefix, totals, row, pos)
 
 

@@ -39,11 +39,12 @@ def reference_sgd(A, y, orders, lam, b, lr, momentum, weight_decay, steps):
 
 
 def epoch_from_zero(kernel, A, y, orders, params, b, lr, momentum=0.0, weight_decay=0.0,
-                    grads_out=None, orderer=None, store=engine.GRADIENTS):
+                    grads_out=None, orderer=None, store=engine.GRADIENTS, trace_every=1):
     """engine.epoch_loop as the serial backend runs it (no exchange) from x = 0 over the orders;
     with grads_out, the gradients (or with store=PAIR_DIFFERENCES the pair differences) are kept
     there and observed by ``orderer`` (its begun epoch; none: an observer that does nothing).
-    Returns (steps done or the divergence code, x, the loss of every step)."""
+    Returns (steps done or the divergence code, x, the loss of every trace_every-th step, NaN
+    at the others)."""
     steps = -(-orders.shape[1] // b)
     x, velocity = np.zeros(P), np.zeros(P)
     if grads_out is None:
@@ -52,7 +53,7 @@ def epoch_from_zero(kernel, A, y, orders, params, b, lr, momentum=0.0, weight_de
     if orderer:
         observe = orderer.pair_difference_kernel if store == engine.PAIR_DIFFERENCES else orderer.kernel
     state = orderer.state if orderer else np.zeros(1, dtype=np.int64)
-    recording = engine.Recording(1, np.full(steps, np.nan), np.zeros(3))  # every step's loss
+    recording = engine.Recording(trace_every, np.full(steps, np.nan), np.zeros(3))
     done = engine.epoch_loop(kernel)(
         engine.Model(x, velocity),
         engine.Data(A, y, params, orders, orders.shape[1], b, np.empty(b, dtype=np.int64)),
@@ -160,6 +161,44 @@ def test_serial_epoch_reports_divergence_in_a_later_chunk():
     done, x, losses, _ = epoch_observed_in_chunks("cd-grab", A, y, orders, problem, 1, 1e-3, 3)
     assert done == -6, "step 4 diverged: -1 - (5 steps done)"
     assert np.all(np.isfinite(losses[:4])) and not np.all(np.isfinite(x))
+
+
+@pytest.mark.parametrize("name, classes, options", [("logistic", 2, {}), ("nonconvex-logistic", 2, {}),
+                                                    ("softmax", 3, {})])
+def test_gradients_kernel_writes_the_kernels_gradients_bit_for_bit(name, classes, options):
+    """The kernel the step loops call on untraced steps: batch_grads' gradients, bitwise, and 0.0
+    for the loss it leaves out (softmax: a kernel that allocates)."""
+    rng = np.random.default_rng(3)
+    problem = make_problem(name, P, classes, **options)
+    A = np.ascontiguousarray(rng.normal(size=(9, P)))
+    y = np.where(rng.random(9) < 0.5, -1.0, 1.0) if classes == 2 else rng.integers(0, classes, 9) * 1.0
+    x = rng.normal(size=problem.dim)
+    idx = np.array([4, 0, 7], dtype=np.int64)
+    gradients = engine.gradients_kernel(problem.batch_grads)
+    expected, out = np.empty((3, problem.dim)), np.empty((3, problem.dim))
+    assert problem.batch_grads(x, A, y, idx, problem.params, expected) > 0.0
+    loss = gradients(x, A, y, idx, problem.params, out)
+    np.testing.assert_array_equal(out, expected)
+    from numba import config
+    assert config.DISABLE_JIT or loss == 0.0, "the loss is left out"
+
+
+@pytest.mark.parametrize("b", [1, 3])
+def test_tracing_every_kth_step_changes_no_bit(b):
+    """Untraced steps skip the loss (gradients_kernel): the model is bitwise the same whether the
+    loss is traced on every step, every third or never, and the traced losses are the same."""
+    A, _, orders = least_squares_data()
+    y = np.where(np.arange(M * N_LOCAL) % 3 == 0, 1.0, -1.0)
+    problem = make_problem("logistic", P, 2, lam=0.01)
+    runs = {every: epoch_from_zero(problem.batch_grads, A, y, orders, problem.params, b, 0.5,
+                                   momentum=0.5, trace_every=every) for every in (1, 3, 0)}
+    steps = -(-N_LOCAL // b)
+    for every, (done, x, losses) in runs.items():
+        assert done == steps
+        np.testing.assert_array_equal(x, runs[1][1], err_msg=f"trace_every = {every}")
+    np.testing.assert_array_equal(runs[3][2][::3], runs[1][2][::3])
+    assert np.isnan(runs[3][2][1::3]).all() and np.isnan(runs[0][2]).all()
+    assert np.isfinite(runs[1][2]).all()
 
 
 def test_jitted_clock_reads_the_monotonic_clock():
