@@ -630,14 +630,17 @@ def _merged_moments(surveys: list) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.sqrt(squares / count)
 
 
-def _transform_into(out: np.ndarray, X: np.ndarray, mean: np.ndarray, scale: np.ndarray, intercept: bool) -> None:
-    """out[:, :p] = (X - mean) / scale and, if `intercept`, out[:, p] = 1; X may be out[:, :p]
-    itself (elementwise, so in place gives the same bits)."""
-    p = X.shape[1]
-    np.subtract(X, mean, out=out[:, :p])
-    np.divide(out[:, :p], scale, out=out[:, :p])
-    if intercept:
-        out[:, p] = 1.0
+@njit(cache=True, error_model="numpy")
+def _transform_into(out, X, mean, scale, intercept):
+    """out[:, :p] = (X - mean) / scale and, if `intercept`, out[:, p] = 1, in one pass; X may be
+    out[:, :p] itself. A subtraction and a division, correctly rounded (no fastmath): the same bits
+    as NumPy's (X - mean) / scale."""
+    k, p = X.shape
+    for i in range(k):
+        for j in range(p):
+            out[i, j] = (X[i, j] - mean[j]) / scale[j]
+        if intercept:
+            out[i, p] = 1.0
 
 
 def _transformed(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, intercept: bool) -> np.ndarray:
@@ -707,12 +710,13 @@ class DataPlan:
         than a block of `kept` unused (the rows of a contiguous partition, the last few dropped),
         else copied a block at a time."""
         k, p = idx.size, self.mean.shape[0]
-        in_place = kept.shape[0] - ROW_BLOCK < k <= kept.shape[0] and np.array_equal(idx, np.arange(k))
-        out = kept[:k] if in_place else aligned.empty((k, self.features))
+        if kept.shape[0] - ROW_BLOCK < k <= kept.shape[0] and np.array_equal(idx, np.arange(k)):
+            _transform_into(kept[:k], kept[:k, :p], self.mean, self.scale, self.intercept)
+            return kept[:k]
+        out = aligned.empty((k, self.features))
         for lo in range(0, k, ROW_BLOCK):
             block = slice(lo, lo + ROW_BLOCK)
-            raw = out[block, :p] if in_place else kept[idx[block], :p]
-            _transform_into(out[block], raw, self.mean, self.scale, self.intercept)
+            _transform_into(out[block], kept[idx[block], :p], self.mean, self.scale, self.intercept)
         return out
 
     def _rows(self, raw: np.ndarray) -> np.ndarray:

@@ -64,6 +64,27 @@ def test_one_process_generates_each_synthetic_row_once(monkeypatch, test_fractio
     assert len(generated) > 16
 
 
+def test_row_transformation_is_bitwise_numpys():
+    """The one-pass standardization kernel against NumPy's (X - mean) / scale, exactly: out of
+    place, in place, and from a strided block."""
+    from ordersim.data import _transform_into
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(300, 9)) * 1e3 + 1e-7
+    mean, scale = rng.normal(size=9), rng.random(9) + 1e-3
+    reference = np.hstack([(X - mean) / scale, np.ones((300, 1))])
+    out = np.full((300, 10), np.nan)
+    _transform_into(out, X, mean, scale, True)
+    np.testing.assert_array_equal(out, reference)
+    out[:, :9] = X
+    _transform_into(out, out[:, :9], mean, scale, False)
+    np.testing.assert_array_equal(out[:, :9], reference[:, :9])
+    wide = np.hstack([X, X])
+    _transform_into(out[::2], wide[::2, ::2][:, :9], mean[::-1].copy(), scale, True)
+    np.testing.assert_array_equal(out[::2], np.hstack([(wide[::2, ::2][:, :9] - mean[::-1]) / scale,
+                                                       np.ones((150, 1))]))
+
+
 def test_block_wise_loading_matches_whole_array_numpy(monkeypatch):
     """Synthetic rows come in blocks with a stream each; the survey and the transformation run in
     row blocks (to bound memory). With several blocks they must give what the definition and the
