@@ -5,13 +5,15 @@
 
 Logistic regression on `synthetic:classification?n=N&d=127` plus the intercept (d = 128), no test
 split, m = 8 workers, serial backend, the constants' cache off. The phases of `simulate.prepare`,
-timed one by one: the data plan (`open_dataset`: the pass over the rows that checks them and
-computes the labels and the standardization statistics), the rows (`DataPlan.train_rows` of every
-worker's shard) and the constants (`constants.compute_constants`: the row statistics, the solver
+timed one by one: the data plan (`open_dataset`: the one pass over the rows, which generates them,
+checks them and computes the labels and the standardization statistics, keeping the rows), the rows
+(`DataPlan.train_rows` of every worker's shard: those kept rows, standardized in place) and the constants (`constants.compute_constants`: the row statistics, the solver
 for x*, with its count of gradient passes and Hessian-vector products, then sigma*^2 and zeta*^2).
 Then the best of 3 rr epochs (`Run.train_epoch`, after a warm-up on a slice), and a vectorized read
-of the rows (bench_orderers' `read_sum`): each phase is printed in seconds, in rr epochs, and, for
-the solver's passes, as bandwidth against that read.
+of the rows (bench_orderers' `read_sum`): each phase is printed in seconds, in rr epochs and as the
+bandwidth of one pass over the rows (their bytes over its seconds) in % of that read's; then the
+solver's gradient passes and Hessian-vector products the same way, and how many synthetic blocks
+were generated against how many there are.
 Target (issue #23): data and constants within 5 rr epochs; every pass over the rows at >= 50 % of
 the read's bandwidth; synthetic rows generated once.
 This is a script: it prints and never asserts (pytest does not collect it).
@@ -59,21 +61,23 @@ def main(argv=None):
     args = parser.parse_args(argv)
     N = args.examples or (100_000 if args.quick else 1_000_000)
 
-    from ordersim import constants
+    from ordersim import constants, data
     from ordersim.backend import SerialBackend
     from ordersim.constants import WorkerRows
     from ordersim.simulate import Run, Setup, _plan, learning_rate
 
     config = make_config(N, "serial", 1)
     backend = SerialBackend(M)
+    block = Timed(data.SyntheticRows.block)
+    data.SyntheticRows.block = lambda rows, b: block(rows, b)
     times = {}
     start = time.perf_counter()
     problem, plan, shards, dropped = _plan(config, backend)
-    times["data plan (check rows, labels, statistics)"] = time.perf_counter() - start
+    times["data plan (generate and check rows, labels, statistics)"] = time.perf_counter() - start
     start = time.perf_counter()
     A = plan.train_rows(shards.reshape(-1))
     y = np.ascontiguousarray(plan.y[shards.reshape(-1)])
-    times["rows (generate and transform)"] = time.perf_counter() - start
+    times["rows (standardize the rows that pass kept)"] = time.perf_counter() - start
 
     statistics, solver = Timed(constants.row_statistics), Timed(constants.minimize)
     constants.row_statistics, constants.minimize = statistics, solver
@@ -111,20 +115,24 @@ def main(argv=None):
         read = min(read, time.perf_counter() - start)
     gb = A.nbytes / 1e9
 
+    def bandwidth(passes, seconds):  # GB/s of `passes` passes over the rows, and % of the read's
+        rate = passes * gb / max(seconds, 1e-12)
+        return f"{rate:6.1f} GB/s {100 * rate * read / gb:5.0f} %"
+
     print(f"prepare: logistic, N = {N}, d = {A.shape[1]}, m = {M} (rows: {gb:.2f} GB); "
           f"rr epoch {epoch:.3f} s; a read of the rows {read:.3f} s ({gb / read:.1f} GB/s)")
-    print(f"  {'phase':<64} {'s':>8} {'rr epochs':>10}")
+    print(f"  {'phase':<64} {'s':>8} {'rr epochs':>10}   one pass: of the read")
     for name, seconds in times.items():
-        print(f"  {name:<64} {seconds:>8.2f} {seconds / epoch:>10.1f}")
+        print(f"  {name:<64} {seconds:>8.2f} {seconds / epoch:>10.1f}   {bandwidth(1, seconds)}")
     prep = sum(times.values())
     print(f"  {'total':<64} {prep:>8.2f} {prep / epoch:>10.1f}   (target <= 5 rr epochs: "
           f"{'met' if prep <= 5 * epoch else 'MISSED'})")
-    passes = full_grad.calls / M
-    print(f"  solver: {passes:.0f} gradient passes ({full_grad.seconds:.2f} s, "
-          f"{passes * gb / max(full_grad.seconds, 1e-12):.1f} GB/s), {hessp.calls / M:.0f} Hessian-vector "
-          f"products ({hessp.seconds:.2f} s, {hessp.calls / M * gb / max(hessp.seconds, 1e-12):.1f} GB/s "
-          f"counting one read of the rows each; {setup_hessian.seconds:.2f} s more for what depends on x alone); "
-          f"the read: {gb / read:.1f} GB/s")
+    passes, products = full_grad.calls / M, hessp.calls / M
+    print(f"  solver: {passes:.0f} gradient passes ({full_grad.seconds:.2f} s, {bandwidth(passes, full_grad.seconds)}), "
+          f"{products:.0f} Hessian-vector products ({hessp.seconds:.2f} s, {bandwidth(products, hessp.seconds)}, "
+          f"one read of the rows each; {setup_hessian.seconds:.2f} s more for what depends on x alone)")
+    blocks = -(-N // data.SYNTHETIC_BLOCK)
+    print(f"  synthetic blocks generated: {block.calls} of {blocks} (target: each once)")
 
 
 def _timed_epoch(run, epoch, lr) -> float:

@@ -569,18 +569,42 @@ DATA_SOURCES = Registry("data source", "ordersim.data_sources", _builtin_sources
                         plural="sources")
 
 
-def _survey(source, b: int, train: np.ndarray | None) -> dict:
+class _KeptRows:
+    """The raw features of the training and test rows the pass over the rows reads, in the first
+    columns of arrays shaped like the transformed rows, filled a block at a time in row order."""
+
+    def __init__(self, n_train: int, n_test: int, columns: int):
+        self.train = aligned.empty((n_train, columns))
+        self.test = aligned.empty((n_test, columns)) if n_test else None
+        self.filled = [0, 0]
+
+    def add(self, train_rows: np.ndarray, test_rows: np.ndarray) -> None:
+        for which, (kept, rows) in enumerate(((self.train, train_rows), (self.test, test_rows))):
+            if rows.shape[0]:
+                lo = self.filled[which]
+                kept[lo:lo + rows.shape[0], :rows.shape[1]] = rows
+                self.filled[which] = lo + rows.shape[0]
+
+
+def _survey(source, b: int, train: np.ndarray | None, kept: _KeptRows | None) -> dict:
     """One block's labels (when they come with the rows), its first non-finite feature and the
-    moments (count, mean, sum of squared deviations) of its training rows' features."""
+    moments (count, mean, sum of squared deviations) of its training rows' features; with `kept`
+    (blocks surveyed in order) its rows are stored there."""
     X, y = source.block(b)
     bad = ~np.isfinite(X)
     first_bad = None
+    lo = b * source.block_rows
     if bad.any():  # the load fails: no moments
         row, col = map(int, np.argwhere(bad)[0])
-        first_bad = (b * source.block_rows + row, col, int(bad.sum()))
+        first_bad = (lo + row, col, int(bad.sum()))
         X = X[:0]
     elif train is not None:
-        X = X[train[b * source.block_rows:(b + 1) * source.block_rows]]
+        in_train = train[lo:lo + X.shape[0]]
+        if kept is not None:
+            kept.add(X[in_train], X[~in_train])
+        X = X[in_train]
+    elif kept is not None:
+        kept.add(X, X[:0])
     count = X.shape[0]
     mean = X.mean(axis=0) if count else np.zeros(X.shape[1])  # no training rows: merging skips it
     deviation = X - mean
@@ -606,13 +630,23 @@ def _merged_moments(surveys: list) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.sqrt(squares / count)
 
 
+@njit(cache=True, error_model="numpy")
+def _transform_into(out, X, mean, scale, intercept):
+    """out[:, :p] = (X - mean) / scale and, if `intercept`, out[:, p] = 1, in one pass; X may be
+    out[:, :p] itself. A subtraction and a division, correctly rounded (no fastmath): the same bits
+    as NumPy's (X - mean) / scale."""
+    k, p = X.shape
+    for i in range(k):
+        for j in range(p):
+            out[i, j] = (X[i, j] - mean[j]) / scale[j]
+        if intercept:
+            out[i, p] = 1.0
+
+
 def _transformed(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, intercept: bool) -> np.ndarray:
     """(X - mean) / scale as a C-contiguous float64 array, with a last column of ones if `intercept`."""
-    k, p = X.shape
-    out = np.empty((k, p + int(intercept)))
-    np.divide(np.subtract(X, mean), scale, out=out[:, :p])
-    if intercept:
-        out[:, p] = 1.0
+    out = np.empty((X.shape[0], X.shape[1] + int(intercept)))
+    _transform_into(out, X, mean, scale, intercept)
     return out
 
 
@@ -620,7 +654,8 @@ def _transformed(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, intercept: 
 class DataPlan:
     """A data set whose labels, split, statistics and transformation are known and whose feature
     rows are read on demand (`train_rows`, `test_rows`), a block of raw rows at a time: a process
-    holds only the rows it asks for (streamed sources; the scikit-learn sets are held whole)."""
+    holds only the rows it asks for (streamed sources; the scikit-learn sets are held whole; a plan
+    opened with keep_rows=True in one process holds every row until its first calls take them)."""
 
     name: str
     y: np.ndarray  # (n_train,) training labels, converted
@@ -633,6 +668,11 @@ class DataPlan:
     mean: np.ndarray
     scale: np.ndarray
     intercept: bool
+    # With open_dataset(keep_rows=True) in one process: the raw features of the training and test
+    # rows, in their first columns, as the pass over the rows read them; the first train_rows /
+    # test_rows call standardizes them and hands them out.
+    kept_train: np.ndarray | None = None
+    kept_test: np.ndarray | None = None
 
     @property
     def n_train(self) -> int:
@@ -653,11 +693,31 @@ class DataPlan:
     def train_rows(self, idx) -> np.ndarray:
         """Transformed features of training examples idx (any order), (len(idx), features)."""
         idx = np.asarray(idx, dtype=np.int64)
+        kept, self.kept_train = self.kept_train, None
+        if kept is not None:
+            return self._from_kept(kept, idx)
         return self._rows(idx if self.train_raw is None else self.train_raw[idx])
 
     def test_rows(self, lo: int, hi: int) -> np.ndarray:
         """Transformed features of test examples lo..hi-1."""
+        kept, self.kept_test = self.kept_test, None
+        if kept is not None:
+            return self._from_kept(kept, np.arange(lo, hi, dtype=np.int64))
         return self._rows(self.test_raw[lo:hi])
+
+    def _from_kept(self, kept: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """Rows idx of `kept`, transformed: in place when idx is 0, 1, ..., k-1 and leaves less
+        than a block of `kept` unused (the rows of a contiguous partition, the last few dropped),
+        else copied a block at a time."""
+        k, p = idx.size, self.mean.shape[0]
+        if kept.shape[0] - ROW_BLOCK < k <= kept.shape[0] and np.array_equal(idx, np.arange(k)):
+            _transform_into(kept[:k], kept[:k, :p], self.mean, self.scale, self.intercept)
+            return kept[:k]
+        out = aligned.empty((k, self.features))
+        for lo in range(0, k, ROW_BLOCK):
+            block = slice(lo, lo + ROW_BLOCK)
+            _transform_into(out[block], kept[idx[block], :p], self.mean, self.scale, self.intercept)
+        return out
 
     def _rows(self, raw: np.ndarray) -> np.ndarray:
         out = aligned.empty((raw.size, self.features))  # the step loops' rows (ordersim/aligned.py)
@@ -706,12 +766,15 @@ def check_fits_in_memory(where: str, what: str, need: int, advice: str) -> None:
 
 def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True, test_fraction: float = 0.0,
                  seed: int = 0, label_kind: str | None = None, share=None,
-                 hdf5_locking: bool = True) -> DataPlan:
+                 hdf5_locking: bool = True, keep_rows: bool = False) -> DataPlan:
     """A `DataPlan` of the data set `spec` (arguments as `load_dataset`). One pass over the rows
     checks them and computes the labels and standardization statistics; with `share` (an object
     with `rank`, `size` and `allgather(obj)`, e.g. an MPI backend; streamed sources only) the ranks
     split that pass by blocks and every rank ends with the same plan. `hdf5_locking=False` opens an
-    HDF5 data set without HDF5's file locks (NFS and Lustre often lack them)."""
+    HDF5 data set without HDF5's file locks (NFS and Lustre often lack them). `keep_rows=True`, for
+    a process that will ask for (nearly) every row: one process alone keeps the rows that pass
+    reads, and the plan's first `train_rows` and first `test_rows` hand them out (standardized in
+    place when asked for in order), so no synthetic row is generated, and no file row read, twice."""
     if label_kind is not None and label_kind not in LABEL_KINDS:
         raise ValueError(f"label_kind must be one of {', '.join(LABEL_KINDS)} or None, got {label_kind!r}")
     if not (isinstance(test_fraction, (int, float)) and 0.0 <= test_fraction < 1.0):
@@ -744,7 +807,10 @@ def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
             train = np.ones(N, dtype=bool)
             train[test_raw] = False
         blocks = -(-N // source.block_rows)
-        mine = [_survey(source, b, train) for b in range(share.rank, blocks, share.size)]
+        # one process reads every block, in order
+        keep = keep_rows and share.size == 1
+        kept = _KeptRows(N - n_test, n_test, raw_features + bool(intercept)) if keep else None
+        mine = [_survey(source, b, train, kept) for b in range(share.rank, blocks, share.size)]
     except ValueError as exc:
         failure = str(exc)
     except OSError as exc:
@@ -796,7 +862,8 @@ def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
 
     y_train, y_test = (c64(y[train_raw]), c64(y[test_raw])) if n_test else (c64(y), None)
     return DataPlan(name=spec, y=y_train, y_test=y_test, classes=int(classes), info=info, source=source,
-                    train_raw=train_raw, test_raw=test_raw, mean=mean, scale=scale, intercept=bool(intercept))
+                    train_raw=train_raw, test_raw=test_raw, mean=mean, scale=scale, intercept=bool(intercept),
+                    kept_train=None if kept is None else kept.train, kept_test=None if kept is None else kept.test)
 
 
 def load_dataset(spec: str, *, standardize: bool = True, intercept: bool = True, test_fraction: float = 0.0,
@@ -804,7 +871,7 @@ def load_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
     """Load a data set by spec; label_kind converts labels for the problem ("binary": two classes to
     -1/+1, "multiclass": to 0..K-1, "real": unchanged; None keeps the labels as loaded)."""
     return open_dataset(spec, standardize=standardize, intercept=intercept, test_fraction=test_fraction,
-                        seed=seed, label_kind=label_kind).load()
+                        seed=seed, label_kind=label_kind, keep_rows=True).load()
 
 
 # -- partition --------------------------------------------------------------------------------------

@@ -89,7 +89,7 @@ def _plan(config: Config, share) -> tuple:
         plan = open_dataset(config.data, standardize=config.standardize, intercept=config.intercept,
                             test_fraction=config.test_fraction, seed=config.data_seed,
                             label_kind=problem_cls.label_kind, share=share,
-                            hdf5_locking=config.hdf5_locking)
+                            hdf5_locking=config.hdf5_locking, keep_rows=True)
     except (ValueError, OSError) as err:
         raise ConfigError(f"config field 'data': {err}") from None
     try:

@@ -37,6 +37,54 @@ def test_synthetic_planted_solution_follows_standardization():
     assert "x_planted" not in load_dataset("synthetic:regression?n=50&d=4", intercept=False).info
 
 
+@pytest.mark.parametrize("test_fraction, order", [(0.0, "in order"), (0.0, "shuffled"), (0.25, "in order")])
+def test_one_process_generates_each_synthetic_row_once(monkeypatch, test_fraction, order):
+    """The pass that computes the statistics keeps the rows it generates: the first train_rows and
+    test_rows hand them out (bitwise the rows generated again by a later call), and no block is
+    generated twice."""
+    from ordersim import aligned
+    from ordersim import data as data_module
+    from ordersim.data import open_dataset
+
+    monkeypatch.setattr(data_module.SyntheticRows, "block_rows", 64)
+    generated = []
+    block = data_module.SyntheticRows.block
+    monkeypatch.setattr(data_module.SyntheticRows, "block", lambda self, b: generated.append(b) or block(self, b))
+    plan = open_dataset("synthetic:classification?n=1000&d=6", test_fraction=test_fraction, seed=3,
+                        label_kind="binary", keep_rows=True)
+    n = plan.n_train - 3  # a contiguous partition that drops the last 3 examples
+    idx = np.arange(n) if order == "in order" else np.random.default_rng(0).permutation(plan.n_train)[:n]
+    rows = plan.train_rows(idx)
+    test = plan.test_rows(0, plan.n_test) if plan.n_test else None
+    assert sorted(generated) == list(range(16))  # 1000 rows in blocks of 64, each generated once
+    assert rows.flags.c_contiguous and rows.ctypes.data % aligned.CACHE_LINE == 0 and rows.shape == (n, 7)
+    np.testing.assert_array_equal(rows, plan.train_rows(idx))  # generated again
+    if test is not None:
+        np.testing.assert_array_equal(test, plan.test_rows(0, plan.n_test))
+    assert len(generated) > 16
+
+
+def test_row_transformation_is_bitwise_numpys():
+    """The one-pass standardization kernel against NumPy's (X - mean) / scale, exactly: out of
+    place, in place, and from a strided block."""
+    from ordersim.data import _transform_into
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(300, 9)) * 1e3 + 1e-7
+    mean, scale = rng.normal(size=9), rng.random(9) + 1e-3
+    reference = np.hstack([(X - mean) / scale, np.ones((300, 1))])
+    out = np.full((300, 10), np.nan)
+    _transform_into(out, X, mean, scale, True)
+    np.testing.assert_array_equal(out, reference)
+    out[:, :9] = X
+    _transform_into(out, out[:, :9], mean, scale, False)
+    np.testing.assert_array_equal(out[:, :9], reference[:, :9])
+    wide = np.hstack([X, X])
+    _transform_into(out[::2], wide[::2, ::2][:, :9], mean[::-1].copy(), scale, True)
+    np.testing.assert_array_equal(out[::2], np.hstack([(wide[::2, ::2][:, :9] - mean[::-1]) / scale,
+                                                       np.ones((150, 1))]))
+
+
 def test_block_wise_loading_matches_whole_array_numpy(monkeypatch):
     """Synthetic rows come in blocks with a stream each; the survey and the transformation run in
     row blocks (to bound memory). With several blocks they must give what the definition and the

@@ -169,6 +169,16 @@ def test_gradients_match_finite_differences(case):
         np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-7)
 
 
+def test_logistic_hessian_product_matches_numpy_reference():
+    """The solver's one-pass kernel against A^T diag(s(1 - s)) A / N + lam I, s = sigmoid(A x)."""
+    problem, A, y, x = make_case("logistic", {"lam": 0.01}, seed=2)
+    v = np.random.default_rng(3).normal(size=problem.dim)
+    s = 1.0 / (1.0 + np.exp(-(A @ x)))
+    reference = A.T @ (s * (1.0 - s) * (A @ v)) / A.shape[0] + 0.01 * v
+    np.testing.assert_allclose(problem.hessian_at(x, A, y)(v), reference, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(problem.hessp(x, v, A, y), reference, rtol=1e-12, atol=1e-15)
+
+
 @pytest.mark.parametrize("name", ["logistic", "softmax", "mlp"])
 def test_accuracy_matches_reference(name):
     problem, A, y, x = make_case(name, {} if name != "mlp" else {"width": 3})
@@ -297,6 +307,8 @@ def test_kernels_run_without_jit():
         "out = np.empty((6, 3)); p.batch_grads(x, A, y, np.arange(6), p.params, out)\n"
         "ref = (-y / (1 + np.exp(y * (A @ x))))[:, None] * A + 1e-3 * x\n"
         "ok &= np.allclose(out, ref, rtol=1e-12)\n"
+        "s = 1 / (1 + np.exp(-(A @ x))); v = rng.normal(size=3)\n"
+        "ok &= np.allclose(p.hessp(x, v, A, y), A.T @ (s * (1 - s) * (A @ v)) / 6 + 1e-3 * v, rtol=1e-12)\n"
         "print('OK' if ok else 'MISMATCH')\n"
     )
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
