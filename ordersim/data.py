@@ -643,6 +643,49 @@ def _transform_into(out, X, mean, scale, intercept):
             out[i, p] = 1.0
 
 
+def distinct_rows(idx: np.ndarray, rows: int) -> bool:
+    """Whether idx are distinct row numbers of an array of `rows` rows."""
+    if idx.size == 0:
+        return True
+    if idx.min() < 0 or idx.max() >= rows:
+        return False
+    seen = np.zeros(rows, dtype=bool)
+    seen[idx] = True
+    return int(seen.sum()) == idx.size
+
+
+@njit(cache=True, error_model="numpy")
+def gather_rows_in_place(rows, idx):
+    """rows[:k] = rows[idx] (k = len(idx), idx distinct rows of `rows`) in place, with one spare
+    row: each row is moved once. A destination whose row no other destination needs starts a chain
+    (fill it from its source, whose row is then free to fill in turn); what is left are cycles,
+    each moved through the spare row."""
+    k, K = idx.shape[0], rows.shape[0]
+    needed = np.zeros(K, dtype=np.bool_)
+    for i in range(k):
+        needed[idx[i]] = True
+    done = np.zeros(k, dtype=np.bool_)
+    for start in range(k):
+        i = start
+        while i < k and not done[i] and not needed[i]:
+            rows[i] = rows[idx[i]]
+            done[i] = True
+            needed[idx[i]] = False
+            i = idx[i]
+    spare = np.empty(rows.shape[1])
+    for start in range(k):
+        if done[start]:
+            continue
+        spare[:] = rows[start]
+        i = start
+        while idx[i] != start:
+            rows[i] = rows[idx[i]]
+            done[i] = True
+            i = idx[i]
+        rows[i] = spare
+        done[i] = True
+
+
 def _transformed(X: np.ndarray, mean: np.ndarray, scale: np.ndarray, intercept: bool) -> np.ndarray:
     """(X - mean) / scale as a C-contiguous float64 array, with a last column of ones if `intercept`."""
     out = np.empty((X.shape[0], X.shape[1] + int(intercept)))
@@ -706,11 +749,14 @@ class DataPlan:
         return self._rows(self.test_raw[lo:hi])
 
     def _from_kept(self, kept: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        """Rows idx of `kept`, transformed: in place when idx is 0, 1, ..., k-1 and leaves less
-        than a block of `kept` unused (the rows of a contiguous partition, the last few dropped),
-        else copied a block at a time."""
+        """Rows idx of `kept`, transformed: in place (rows moved into visit order, then
+        standardized) when idx are distinct rows that leave less than a block of `kept` unused (a
+        partition of the rows, the last few dropped), so the peak memory is the rows' once; else
+        copied a block at a time."""
         k, p = idx.size, self.mean.shape[0]
-        if kept.shape[0] - ROW_BLOCK < k <= kept.shape[0] and np.array_equal(idx, np.arange(k)):
+        if kept.shape[0] - ROW_BLOCK < k <= kept.shape[0] and distinct_rows(idx, kept.shape[0]):
+            if not np.array_equal(idx, np.arange(k)):
+                gather_rows_in_place(kept, idx)
             _transform_into(kept[:k], kept[:k, :p], self.mean, self.scale, self.intercept)
             return kept[:k]
         out = aligned.empty((k, self.features))

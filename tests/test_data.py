@@ -54,7 +54,9 @@ def test_one_process_generates_each_synthetic_row_once(monkeypatch, test_fractio
                         label_kind="binary", keep_rows=True)
     n = plan.n_train - 3  # a contiguous partition that drops the last 3 examples
     idx = np.arange(n) if order == "in order" else np.random.default_rng(0).permutation(plan.n_train)[:n]
+    kept = plan.kept_train
     rows = plan.train_rows(idx)
+    assert np.shares_memory(rows, kept)  # moved and standardized in place: the rows held once
     test = plan.test_rows(0, plan.n_test) if plan.n_test else None
     assert sorted(generated) == list(range(16))  # 1000 rows in blocks of 64, each generated once
     assert rows.flags.c_contiguous and rows.ctypes.data % aligned.CACHE_LINE == 0 and rows.shape == (n, 7)
@@ -62,6 +64,24 @@ def test_one_process_generates_each_synthetic_row_once(monkeypatch, test_fractio
     if test is not None:
         np.testing.assert_array_equal(test, plan.test_rows(0, plan.n_test))
     assert len(generated) > 16
+
+
+@pytest.mark.parametrize("case", ["identity", "permutation", "subset", "reversed", "cycles", "empty"])
+def test_rows_are_gathered_in_place_as_numpy_fancy_indexing(case):
+    """gather_rows_in_place(rows, idx) leaves rows[:k] = the original rows[idx]: chains and cycles."""
+    from ordersim.data import distinct_rows, gather_rows_in_place
+
+    rng = np.random.default_rng(5)
+    rows = rng.normal(size=(50, 3))
+    idx = {"identity": np.arange(50), "permutation": rng.permutation(50),
+           "subset": rng.permutation(50)[:47], "reversed": np.arange(49, -1, -1),
+           "cycles": np.r_[np.roll(np.arange(24), 3), np.roll(np.arange(24, 48), -5)],
+           "empty": np.zeros(0)}[case].astype(np.int64)
+    assert distinct_rows(idx, 50)
+    expected = rows[idx]
+    gather_rows_in_place(rows, idx)
+    np.testing.assert_array_equal(rows[:idx.size], expected)
+    assert not distinct_rows(np.array([1, 1]), 50) and not distinct_rows(np.array([50]), 50)
 
 
 def test_row_transformation_is_bitwise_numpys():
