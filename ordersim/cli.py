@@ -17,6 +17,8 @@ COMMANDS = {
                   "run the papers' experiments (runs/papers/) and the scaling sweep, draw figures, verdicts"),
     "orderers": ("ordersim.listing", "orderers", "list the orderers with a one-line description"),
     "problems": ("ordersim.listing", "problems", "list the problems with a one-line description"),
+    "measurements": ("ordersim.listing", "measurements",
+                     "list the per-epoch measurements and the trace datasets each writes"),
 }
 
 

@@ -1,4 +1,4 @@
-"""`python -m ordersim orderers` and `python -m ordersim problems`: what is registered (the
+"""`python -m ordersim orderers`, `problems` and `measurements`: what is registered (the
 registries of ordersim.registry: built-ins, installed packages' entry points)."""
 
 
@@ -22,3 +22,14 @@ def problems(argv: list[str]) -> int:
     _print(PROBLEMS.descriptions())
     print("\ndata sets (--data SPEC; formats and options: docs/problems.md):")
     return _print({spec: description for cls in DATA_SOURCES.values() for spec, description in cls().examples().items()})
+
+
+def measurements(argv: list[str]) -> int:
+    from ordersim.measurements import MEASUREMENTS
+
+    _print({name: f"{cls.description} [{', '.join(dataset.name for dataset in cls.datasets)}]"
+                  f"{'' if cls.default else ' (only where --measurements names it)'}"
+            for name, cls in MEASUREMENTS.items()})
+    print("\nthe trace's other per-epoch datasets (losses, gradient norm, herding, timers) come from "
+          "the run itself: docs/trace-format.md")
+    return 0

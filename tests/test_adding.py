@@ -400,6 +400,8 @@ def test_an_installed_package_adds_an_orderer_a_straggler_model_and_a_measuremen
         return result.stdout
 
     assert re.search(r"^norm-sort +visit the examples with the largest gradients", ordersim("orderers"), re.M)
+    assert re.search(r"^model-norms +.*\[x_norm, worker_grad_max\] \(only where --measurements names it\)$",
+                     ordersim("measurements"), re.M)
     help_text = " ".join(ordersim("run", "--help").split())
     assert "slow-worker" in help_text and "measurements by name (model-norms;" in help_text
     out = tmp_path / "plug_ins.h5"

@@ -88,12 +88,13 @@ LISTINGS = textwrap.dedent("""
 
 def test_listings_and_help_compile_nothing(tmp_path):
     """Listing the orderers cold took 6 s, all compilation of the balancing kernels at import."""
-    commands = [["orderers"], ["problems"], ["--help"], ["run", "--help"], ["herding-sim", "--help"]]
+    commands = [["orderers"], ["problems"], ["measurements"], ["--help"], ["run", "--help"],
+                ["herding-sim", "--help"]]
     cache = tmp_path / "numba-cache"  # fresh: nothing to load, so anything needed would compile
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
     out = subprocess.run([sys.executable, "-c", LISTINGS, json.dumps(commands)], env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "cd-grab" in out.stdout and "logistic" in out.stdout
+    assert "cd-grab" in out.stdout and "logistic" in out.stdout and "[suboptimality]" in out.stdout
     assert json.loads(out.stdout.splitlines()[-1]) == []
     assert not [path.name for path in cache.rglob("*") if path.suffix in (".nbi", ".nbc")]
