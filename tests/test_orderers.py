@@ -435,12 +435,7 @@ def test_projection_and_group_options_are_checked(name):
                              ({"group": 1.5}, r"group must be an integer")):
         with pytest.raises(ValueError, match=message):
             make_orderer(name, **base, **options)
-    cls = orderer_class(name)
-    if cls.needs_gradients and not cls.takes_projection_and_group:
-        with pytest.raises(ValueError, match=r"projection and group are options of the balancing orderers"):
-            make_orderer(name, **base, group=2)
-    else:
-        make_orderer(name, **base, projection="sparse", group=2)
+    make_orderer(name, **base, projection="sparse", group=2)
 
 
 def test_a_gradient_orderer_of_its_own_refuses_projection_and_group():
@@ -890,11 +885,8 @@ NO_JIT_SCRIPT = textwrap.dedent("""
                               (13, 3, {"block": 4, "b_max": 0.5, "epochs": 7}),
                               (9, 3, {"projection": "sparse", "projection_dim": 5, "group": 3}), (10, 4, {"group": 2}),
                               (8, 2, {"projection": "gaussian", "projection_dim": 4, "sign": "walk", "walk_c": 2.0})):
-            balancing = orderer_class(name).takes_projection_and_group
             options = {key: value for key, value in options.items()
-                       if (key not in ("block", "b_max", "epochs", "projection", "projection_dim", "group"))
-                       or key in orderer_class(name).extra_options
-                       or (balancing and key in ("projection", "projection_dim", "group"))}
+                       if key not in ("block", "b_max", "epochs") or key in orderer_class(name).extra_options}
             options = required_options(name, options)
             grads = [rng.standard_normal((m, n, 37)) for _ in range(3)]  # 16-lane blocks and a tail
             want = REFERENCES[name](m, n, 37, 1, grads, **options)

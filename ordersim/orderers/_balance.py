@@ -522,7 +522,7 @@ class BalancingOrderer(UnitOrderer):
     @property
     def units_per_sum(self) -> int:
         """A shared running sum balances every worker's units."""
-        return self.units * (self.workers if self.coordinated else 1)
+        return self.units * self.workers // self.sum_rows
 
     @property
     def extra_dim(self) -> int:

@@ -57,12 +57,13 @@ def close_group(sums, g, r):
 class UnitOrderer(GradientOrderer):
     """A GradientOrderer that takes projection, projection_dim and group. Its layout starts with
     UNITS' fields; with either option set (``balances_units``) its kernels are ``unit_kernels``
-    (of the gradients, of pair differences: None where it has none). Shapes it may use:
+    (of the gradients, of pair differences: None where it has none), or, with ``unit_kernels``
+    None, its own kernels, which then balance units as they are. Shapes it may use:
     ``units``, ``balanced_dim``, and the UNITS fields' ``group_dim`` and ``unit_dim`` (set here,
     0 when unused; a subclass that does not use a field sets its width to 0 after _setup)."""
 
     takes_projection_and_group = True
-    unit_kernels = (None, None)
+    unit_kernels = None
 
     @property
     def units(self) -> int:
@@ -108,7 +109,7 @@ class UnitOrderer(GradientOrderer):
         """The unit kernels as this orderer's, when it balances units. A grouped pair walk has no
         kernel of pair differences: its pairs are of group means, which example differences do
         not give."""
-        if self.balances_units:
+        if self.balances_units and self.unit_kernels is not None:
             self.kernel, difference_kernel = self.unit_kernels
             self.pair_difference_kernel = difference_kernel if self.group == 1 else None
 

@@ -80,12 +80,12 @@ def greedy_herding_order(z, out):
 
 
 class GreedyHerding(UnitOrderer):
-    """Offline herding baseline (Lu, Meng, De Sa 2022), per worker. Holds all n gradients of the
-    previous epoch, O(m n d) memory (O(m n k / r) with a projection and groups), and O(n^2 d)
-    time per epoch: for small n only."""
+    """Offline herding baseline (Lu, Meng, De Sa 2022), per worker. Holds the vectors of all u
+    units of the previous epoch (u = n/r, each of k = the balanced dimension: d, or Pi's k), O(m u k)
+    memory and O(u^2 k) time per epoch: for small n only."""
 
     name = "greedy"
-    description = "greedy herding on the previous epoch's centered gradients (offline baseline, O(n d) memory)"
+    description = "greedy herding on the previous epoch's centered gradients (offline baseline, O(n d) memory; units: O(n k / r))"
     state_layout = STATE
     kernel = staticmethod(store_by_example)
     unit_kernels = (store_by_unit, None)
@@ -100,7 +100,7 @@ class GreedyHerding(UnitOrderer):
         self.unit_at[...] = np.arange(self.unit_slots)  # the first order numbers the units
 
     def _next_order(self):
-        rows = self.units if self.balances_units else self.examples
+        rows = self.units
         order = np.empty((self.workers, rows), dtype=np.int64)
         for i in range(self.workers):
             z = self.table[i] - self.table[i].sum(axis=0) / rows

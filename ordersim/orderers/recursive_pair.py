@@ -123,7 +123,6 @@ class RecursivePairBalance(UnitOrderer):
     description = "recursive pair balance within blocks of B = 2^p examples (grab-sampler), every worker on its own"
     state_layout = STATE
     kernel = staticmethod(recursive_pair_observe)
-    unit_kernels = (recursive_pair_observe, None)  # the same kernel balances units
     extra_options = ("block",)
 
     def __init__(self, *args, block: int = 8, **kwargs):
