@@ -28,8 +28,7 @@ from ordersim.checkpoint import (CheckpointError, StopRequest, checkpoint_path, 
 from ordersim.checkpoint import save as save_checkpoint
 from ordersim.compile_notice import compile_notice
 from ordersim.config import Config, ConfigError, check_fields  # noqa: F401  (check_fields: the set-up's first step)
-from ordersim.orderers import make_orderer, orderer_class
-from ordersim.orderers.base import balance_options, default_walk_c
+from ordersim.orderers import build_orderer
 from ordersim.streams import stream
 from ordersim.stragglers import clock_from_config
 from ordersim.trace import NoTrace, TraceWriter
@@ -228,28 +227,6 @@ def warn_regime(config: Config, backend, regimes: dict) -> None:
     line = regime.regime_warning(regimes) if config.schedule == "theory" else None
     if backend.rank == 0 and line:
         print(line, file=sys.stderr, flush=True)
-
-
-def build_orderer(name: str, workers: int, n: int, d: int, seed: int, *, ranks: int, first: int, local: int,
-                  orderer_options: dict, batch: int | None, walk_c: float | None = None,
-                  options_field: str = "config field 'orderer_options'", **options) -> tuple:
-    """(orderer, coordinated): orderer `name` as one of `ranks` processes holds it, whose workers
-    are first..first+local-1 of m = `workers` (n examples each, gradients of d values). A
-    coordinated orderer runs for all m workers on every process (coordinated is then True: it
-    needs every worker's gradients); the others for the process's own workers.
-
-    The balancing orderers get the `orderer_options` table (balance_options: projection,
-    projection_dim, group, which must divide `batch` unless it is None); the others ignore it.
-    walk_c None is the default from N = m n, not from this process's workers, so the walk is the
-    same on any number of processes. `options` go to make_orderer (sign, tie, first_order,
-    run_epochs, the orderer's own)."""
-    options["walk_c"] = default_walk_c(workers * n, d) if walk_c is None else walk_c
-    cls = orderer_class(name)
-    if cls.takes_projection_and_group:
-        options.update(balance_options(orderer_options, batch, options_field))
-    coordinated = cls.coordinated and ranks > 1
-    rows, first_row = (workers, 0) if coordinated else (local, first)
-    return make_orderer(name, rows, n, d, seed, first_worker=first_row, **options), coordinated
 
 
 def run_orderer(config: Config, backend, name: str, n: int, d: int, seed: int) -> tuple:

@@ -30,9 +30,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
-from ordersim.orderers import orderer_class
+from ordersim.orderers import build_orderer, orderer_class
 from ordersim.orderers.base import BALANCE_OPTIONS
-from ordersim.simulate import build_orderer
 
 
 def tensor_leaves(tree) -> list[torch.Tensor]:
@@ -97,7 +96,7 @@ class OrderedSampler(Sampler[int]):
     only their sizes are used. ``orderer_options``: the balancing orderers' projection,
     projection_dim and group, the simulator's config table of that name. ``options`` go to
     ordersim.orderers.make_orderer (sign, tie, walk_c, first_order, run_epochs and the orderer's
-    own options). The orderer is built as the simulator builds it (simulate.build_orderer), so
+    own options). The orderer is built as the simulator builds it (ordersim.orderers.build_orderer), so
     an orderer's options work here as there.
 
     Every iteration is one epoch: it builds the next order from the gradients observed (the
@@ -235,11 +234,11 @@ class DistributedOrderedSampler(OrderedSampler):
         if not self._coordinated:
             return super()._rows(per_example_grads)
         # checked before any collective, raised only after the header's: a rank that raised
-        # alone would leave the others waiting in the all-gather
+        # alone would leave the others waiting in the all-gather, whatever the exception
         try:
             local, error = super()._rows(per_example_grads)[0], None
-        except (TypeError, ValueError) as err:
-            local, error = None, str(err)
+        except Exception as err:  # noqa: BLE001 (told to every rank, then raised on each)
+            local, error = None, str(err) if isinstance(err, (TypeError, ValueError)) else f"{type(err).__name__}: {err}"
         self._check_agreement(0 if local is None else local.shape[0], error)
         gathered = torch.empty((self.workers, *local.shape), dtype=torch.float64)
         dist.all_gather(list(gathered.unbind(0)), torch.from_numpy(local), group=self.group)

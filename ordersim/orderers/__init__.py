@@ -12,7 +12,7 @@ docs/adding.md).
 
 
 from ordersim import numba_cache  # noqa: F401  (stamps the cached kernels the modules below define)
-from ordersim.orderers.base import Orderer
+from ordersim.orderers.base import Orderer, balance_options, default_walk_c
 from ordersim.registry import Registry, package_classes
 
 OPTIONS = ("first_worker", "sign", "walk_c", "tie", "first_order", "projection", "projection_dim", "group")
@@ -53,4 +53,26 @@ def make_orderer(name: str, workers: int, examples: int, dim: int, seed: int = 0
     return cls(workers, examples, dim, seed, **options)
 
 
-__all__ = ["ORDERERS", "Orderer", "available_orderers", "make_orderer", "orderer_class"]
+def build_orderer(name: str, workers: int, n: int, d: int, seed: int, *, ranks: int, first: int, local: int,
+                  orderer_options: dict, batch: int | None, walk_c: float | None = None,
+                  options_field: str = "config field 'orderer_options'", **options) -> tuple:
+    """(orderer, coordinated): orderer `name` as one of `ranks` processes holds it, whose workers
+    are first..first+local-1 of m = `workers` (n examples each, gradients of d values). A
+    coordinated orderer runs for all m workers on every process (coordinated is then True: it
+    needs every worker's gradients); the others for the process's own workers.
+
+    The balancing orderers get the `orderer_options` table (balance_options: projection,
+    projection_dim, group, which must divide `batch` unless it is None); the others ignore it.
+    walk_c None is the default from N = m n, not from this process's workers, so the walk is the
+    same on any number of processes. `options` go to make_orderer (sign, tie, first_order,
+    run_epochs, the orderer's own)."""
+    options["walk_c"] = default_walk_c(workers * n, d) if walk_c is None else walk_c
+    cls = orderer_class(name)
+    if cls.takes_projection_and_group:
+        options.update(balance_options(orderer_options, batch, options_field))
+    coordinated = cls.coordinated and ranks > 1
+    rows, first_row = (workers, 0) if coordinated else (local, first)
+    return make_orderer(name, rows, n, d, seed, first_worker=first_row, **options), coordinated
+
+
+__all__ = ["ORDERERS", "Orderer", "available_orderers", "build_orderer", "make_orderer", "orderer_class"]
