@@ -72,7 +72,7 @@ def bench_cell(name, m, d, b, work, repeats, budget, options=None):
     rng = np.random.default_rng(0)
     pool = [rng.standard_normal((m, b, d)) for _ in range(POOL)]
     steps = n // b
-    o = make_orderer(name, workers=m, examples=n, dim=d, seed=0, run_epochs=RUN_EPOCHS, **(options or {}))
+    o = make_orderer(name, workers=m, examples=n, dim=d, seed=0, **{"run_epochs": RUN_EPOCHS, **(options or {})})
 
     def epoch_observe():
         # Only the observe() calls are timed: begin_epoch/end_epoch (building the next order) are

@@ -96,8 +96,9 @@ def worker_step(x, A, y, params, order, row, base, pos, count, idx, grads, grad_
     Local example e of local row `row` is row base + e of A. Writes the per-example gradients to
     grads[:count] and their sum (in visit order) to grad_sum; returns the sum of the losses, or
     without `with_loss` 0.0 (their computation left out: gradients_kernel).
-    One example (every step at b = 1) goes to a version compiled for exactly one: the serial
-    loop's memory-bound epoch at b = 1 took 15 % less time that way (docs/performance.md).
+    One example (every step at b = 1) goes to a copy of worker_examples with count the constant 1
+    (both inlined), whose loops LLVM then removes: the serial loop's memory-bound epoch at b = 1
+    took 15 % less time that way (docs/performance.md).
     """
     if count == 1:
         return worker_examples(x, A, y, params, order, row, base, pos, 1, idx, grads, grad_sum,
@@ -632,7 +633,8 @@ def epoch_steps(model, data, rule, observer, exchange, recording):
         finite = update_after_step(x, velocity, history, coef, k - 1, rule.first_step + k - 1,
                                    last_count, rule.coded, rule.lr, rule.momentum,
                                    rule.weight_decay, total)
-        compute += seconds() - t0
+        if exchange is not None:
+            compute += seconds() - t0
     if exchange is None:
         compute = seconds() - started - ordering
     timers = recording.timers
