@@ -90,7 +90,7 @@ def engine_epoch(problem, A, y, order, b, trace_every):
         engine.UpdateRule(LR, 0.0, 0.0, aligned.empty((1, 1, d)), np.zeros((1, 1, 1)), False, 0,
                           aligned.empty(d)),
         engine.Observer(engine.NO_GRADIENTS, engine.first_class(engine.no_observer),
-                        np.zeros(1, dtype=np.int64), aligned.empty((1, 1, 1)), aligned.empty((b, d))),
+                        np.zeros(1, dtype=np.int64), aligned.empty((1, 1, 1)), aligned.empty((b, d)), engine.no_projection()),
         None,
         engine.Recording(trace_every, np.full(steps, np.nan), np.zeros(3)))
     loop = engine.epoch_loop(problem.batch_grads)

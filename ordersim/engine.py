@@ -18,25 +18,28 @@ from numba.core.types.function_type import CompileResultWAP
 
 from ordersim import numba_cache  # before the cached kernels: stamps them
 from ordersim.jit_clock import seconds
+from ordersim.orderers._projection import project
 from ordersim.orderers._state import OBSERVE_ARGS, state_kernel
 from ordersim.prefetch import prefetch_row
 
 # The argument types the step loops pass to a problem's batch_grads (x, A, y, idx, params, out).
 _C1, _C2 = types.float64[::1], types.float64[:, ::1]
 STEP_KERNEL_ARGS = (_C1, _C2, _C1, types.int64[::1], _C1, _C2)
+SLOPES_KERNEL_ARGS = STEP_KERNEL_ARGS + (_C1,)  # batch_grads_slopes' (..., out, slopes)
 
 
-def compile_for_steps(batch_grads) -> None:
-    """Compile a problem's batch_grads, with its own options, for the step loops' argument types.
+def compile_for_steps(batch_grads, args=STEP_KERNEL_ARGS) -> None:
+    """Compile a problem's batch_grads, with its own options, for the step loops' argument types
+    (`args`; a linear model's batch_grads_slopes: SLOPES_KERNEL_ARGS).
 
     The step loops run without reference counting (``_nrt=False``, see epoch_loop), and a
     kernel first compiled from inside one would be compiled that way too, which fails for kernels
     that allocate (softmax, mlp, users' own). Compiled here first, the loops reuse this version.
     """
-    if config.DISABLE_JIT or STEP_KERNEL_ARGS in batch_grads.overloads:
+    if config.DISABLE_JIT or args in batch_grads.overloads:
         return
     try:
-        batch_grads.compile(STEP_KERNEL_ARGS)
+        batch_grads.compile(args)
     except RuntimeError:  # "compilation disabled": declared with explicit signatures, all compiled
         pass  # with its own options already; the loops call whichever accepts their arrays
 
@@ -82,39 +85,46 @@ def gradients_kernel(batch_grads):
 
 
 # The loops' code below (worker_step, worker_examples, epoch_steps; metrics.herding_steps) calls the
-# problem's kernel (batch_grads, and gradients_only: gradients_kernel's), and the MPI loop the
+# problem's kernel (batch_grads, and gradients_only: gradients_kernel's; a linear model's
+# gradients_with_slopes and regularizer_gradient, or stubs), and the MPI loop the
 # exchange, by global names that problem_loop binds in each problem's jitted copies; here they hold
 # the serial loop's values (the exchange's names only in branches that an exchange of None removes
 # at compile time).
-batch_grads = gradients_only = None
+batch_grads = gradients_only = gradients_with_slopes = regularizer_gradient = None
 STALLED, STEP, collect, exchange_rows, publish = -1, 0, None, None, None
 
 
-def worker_step(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum, with_loss):
+def worker_step(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum, with_loss,
+                slopes=None):
     """Gradients of one worker's next `count` examples (visit positions pos..pos+count-1).
 
     Local example e of local row `row` is row base + e of A. Writes the per-example gradients to
     grads[:count] and their sum (in visit order) to grad_sum; returns the sum of the losses, or
-    without `with_loss` 0.0 (their computation left out: gradients_kernel).
+    without `with_loss` 0.0 (their computation left out: gradients_kernel). With `slopes` (a
+    linear model's route, Projection) the kernel is gradients_with_slopes, which also writes each
+    example's s_i to slopes[:count] and always returns the losses.
     One example (every step at b = 1) goes to a copy of worker_examples with count the constant 1
     (both inlined), whose loops LLVM then removes: the serial loop's memory-bound epoch at b = 1
     took 15 % less time that way (docs/performance.md).
     """
     if count == 1:
         return worker_examples(x, A, y, params, order, row, base, pos, 1, idx, grads, grad_sum,
-                               with_loss)
+                               with_loss, slopes)
     return worker_examples(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum,
-                           with_loss)
+                           with_loss, slopes)
 
 
-def worker_examples(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum, with_loss):
+def worker_examples(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum, with_loss,
+                    slopes=None):
     """worker_step's work. The rows of the worker's next `count` examples are prefetched first,
     to arrive while these are computed."""
     for r in range(pos + count, min(pos + 2 * count, order.shape[1])):
         prefetch_row(A, base + order[row, r])
     for r in range(count):
         idx[r] = base + order[row, pos + r]
-    if with_loss:
+    if slopes is not None:
+        loss = gradients_with_slopes(x, A, y, idx[:count], params, grads[:count], slopes[:count])
+    elif with_loss:
         loss = batch_grads(x, A, y, idx[:count], params, grads[:count])
     else:
         loss = gradients_only(x, A, y, idx[:count], params, grads[:count])
@@ -296,6 +306,17 @@ def fold_pairs(grads, count, first, pair_rows):
 
 
 @njit(inline="always", error_model="numpy")
+def projected_gradients(vectors, rows, idx, slopes, projected_regularizer, count):
+    """vectors[r] = slopes[r] rows[idx[r]] + projected_regularizer for r < count: a linear model's
+    Pi g_i = s_i (Pi a_i) + Pi grad R(x) from its projected row (Projection). No fastmath: a
+    product and a sum per value, the references' rounding."""
+    for r in range(count):
+        i, s = idx[r], slopes[r]
+        for c in range(vectors.shape[1]):
+            vectors[r, c] = s * rows[i, c] + projected_regularizer[c]
+
+
+@njit(inline="always", error_model="numpy")
 def observe_rows(observe, kept, rows, state):
     """observe(kept[:, :rows], state) on a C-contiguous (m, rows, d) array, as observe wants
     (a short chunk packed first)."""
@@ -355,15 +376,44 @@ class UpdateRule(NamedTuple):
     total: np.ndarray
 
 
+class Projection(NamedTuple):
+    """A linear model's route to an orderer handed Pi g (docs/algorithms.md, "Random projection
+    before balancing"): with ``active`` the loop hands the orderer, instead of the gradients,
+    Pi g_i = s_i rows[i] + Pi grad R(x) (projected_gradients), rows = A Pi^T (this rank's rows,
+    projected once per run), s_i from the problem's gradients_with_slopes into slopes (b,), and
+    Pi grad R(x) once per step: regularizer_gradient into regularizer (d,), then Pi
+    (_projection.project with kind, dense, columns, bounds, sigma) into projected_regularizer (k,);
+    vectors (b, k) holds a step's vectors the mode does not keep in place."""
+    active: bool
+    rows: np.ndarray
+    kind: int
+    dense: np.ndarray
+    columns: np.ndarray
+    bounds: np.ndarray
+    sigma: float
+    slopes: np.ndarray
+    regularizer: np.ndarray
+    projected_regularizer: np.ndarray
+    vectors: np.ndarray
+
+
+def no_projection() -> Projection:
+    """The Projection of a run whose orderer is handed the gradients themselves."""
+    matrix, indices = np.zeros((1, 1)), np.zeros(1, dtype=np.int64)
+    return Projection(False, matrix, 0, matrix, indices, indices, 0.0, np.zeros(1), np.zeros(1), np.zeros(1), matrix)
+
+
 class Observer(NamedTuple):
     """The orderer's part: mode (NO_GRADIENTS, ...), observe = first_class(its kernel) and its
-    state; kept: the gradients the mode keeps, (m, chunk_rows, d) chunks or (local, b, d) per
-    step; scratch (b, d) for the gradients it does not keep."""
+    state; kept: what the mode keeps of the gradients (or, with projection active, of the
+    vectors Pi g), (m, chunk_rows, width) chunks or (local, b, width) per step, width d or k;
+    scratch (b, d) for the gradients it does not keep."""
     mode: int
     observe: object
     state: np.ndarray
     kept: np.ndarray
     scratch: np.ndarray
+    projection: Projection
 
 
 class Exchange(NamedTuple):
@@ -405,14 +455,28 @@ _LOOPS, _NAMES = {}, {}
 _STEP_HELPERS = {name: dict(inline="always", _nrt=False) for name in ("worker_step", "worker_examples")}
 
 
-def _problem_names(kernel, exchanging: bool) -> dict:
-    """This module's globals with the problem's kernel and its jitted step helpers (and the
-    exchange's names) bound: the globals of the problem's loops."""
-    key = (kernel, exchanging)
+@njit(cache=True, error_model="numpy")
+def no_slopes(x, A, y, idx, params, out, slopes):
+    """gradients_with_slopes of a problem that declares none (never called: Projection inactive)."""
+    return 0.0
+
+
+@njit(cache=True, error_model="numpy")
+def no_regularizer_gradient(x, params, out):
+    """regularizer_gradient of a problem that declares none (never called)."""
+
+
+def _problem_names(kernel, exchanging: bool, linear) -> dict:
+    """This module's globals with the problem's kernel (and a linear model's two, else stubs)
+    and its jitted step helpers (and the exchange's names) bound: the globals of the problem's
+    loops."""
+    key = (kernel, exchanging, linear)
     names = _NAMES.get(key)
     if names is not None:
         return names
-    names = dict(globals(), batch_grads=kernel, gradients_only=gradients_kernel(kernel))
+    slopes, regularizer = linear or (no_slopes, no_regularizer_gradient)
+    names = dict(globals(), batch_grads=kernel, gradients_only=gradients_kernel(kernel),
+                 gradients_with_slopes=slopes, regularizer_gradient=regularizer)
     if exchanging:
         from ordersim import node_exchange, stall
 
@@ -433,11 +497,13 @@ def _copy(function, names: dict, qualname: str | None = None):
     return copy
 
 
-def problem_loop(template, kernel, exchanging: bool = False, **options):
+def problem_loop(template, kernel, exchanging: bool = False, linear=None, **options):
     """The jitted copy of `template` (a plain function of this module, or of another that calls
     worker_step) whose global
-    ``batch_grads`` is the problem's `kernel` (and, with `exchanging`, whose exchange names are
-    node_exchange's), compiled with njit(error_model="numpy", **options), once per process.
+    ``batch_grads`` is the problem's `kernel` (with `linear`, a linear model's
+    (batch_grads_slopes, regularizer_gradient), those of gradients_with_slopes and
+    regularizer_gradient; and, with `exchanging`, whose exchange names are node_exchange's),
+    compiled with njit(error_model="numpy", **options), once per process.
 
     A loop that took the kernel as an argument, or closed over it, could not be cached on disk
     (numba#2956): as a global of the copy it can. The copy's qualified name carries
@@ -446,12 +512,13 @@ def problem_loop(template, kernel, exchanging: bool = False, **options):
     recompiled when the kernel's source changes. The MPI loop is not cached: the exchange calls C
     functions through ctypes pointers (sched_yield, futex, MPI_Allgather), which Numba does not
     cache, and every process compiles it."""
-    key = (template, kernel, exchanging)
+    key = (template, kernel, exchanging, linear)
     loop = _LOOPS.get(key)
     if loop is not None:
         return loop
-    digest = numba_cache.kernel_digest(kernel)
-    names = _problem_names(kernel, exchanging)
+    digests = [numba_cache.kernel_digest(function) for function in (kernel, *(linear or ()))]
+    digest = None if None in digests else "_".join(digests)
+    names = _problem_names(kernel, exchanging, linear)
     if template.__globals__ is not globals():  # another module's template (metrics' herding pass)
         names = dict(template.__globals__, **{name: names[name] for name in
                                               ("batch_grads", "gradients_only", *_STEP_HELPERS)})
@@ -463,15 +530,16 @@ def problem_loop(template, kernel, exchanging: bool = False, **options):
     return loop
 
 
-def epoch_loop(batch_grads, exchanging: bool = False):
+def epoch_loop(batch_grads, exchanging: bool = False, linear=None):
     """The epoch of both backends, every step, its exchange and the orderer's kernel in one jitted
     call, compiled once per problem kernel (and once more for the MPI backend's exchange; the
     orderer's kernel is a first-class function argument, so every orderer shares it):
 
-        steps = epoch_loop(batch_grads, exchanging)(model, data, rule, observer, exchange, recording)
+        steps = epoch_loop(batch_grads, exchanging, linear)(model, data, rule, observer, exchange, recording)
 
 exchanging: the MPI backend's version, whose exchange is an Exchange (the other takes None and
-needs no MPI library).
+needs no MPI library). linear: a linear model's (batch_grads_slopes, regularizer_gradient), for
+the Observer's Projection (a loop of its own: both kernels are globals of it), or None.
 
     A step: the previous step's update (UpdateRule); the local workers' gradients and their sums
     for the next b visit positions (worker_step), in worker order; with an Exchange, one exchange
@@ -506,7 +574,7 @@ needs no MPI library).
     step's outstanding memory loads (a third of rr's serial epoch at N = 200 000, d = 128);
     without the GIL: the stall watchdog's thread must run while it waits in an exchange.
     """
-    return problem_loop(epoch_steps, batch_grads, exchanging, _nrt=False, nogil=True)
+    return problem_loop(epoch_steps, batch_grads, exchanging, linear, _nrt=False, nogil=True)
 
 
 def epoch_steps(model, data, rule, observer, exchange, recording):
@@ -516,9 +584,14 @@ def epoch_steps(model, data, rule, observer, exchange, recording):
     history, coef, total = rule.history, rule.coef, rule.total
     mode, observe, state, kept, scratch = (observer.mode, observer.observe, observer.state,
                                            observer.kept, observer.scratch)
-    local, d = order.shape[0], x.shape[0]
+    projection = observer.projection
+    projecting = projection.active
+    unkept = projection.vectors if projecting else scratch  # a step's rows not written into kept
+    local = order.shape[0]
     slots, m = history.shape[0], history.shape[1]
-    width = kept.shape[1]  # of a CHUNKED mode's chunks
+    width, kept_dim = kept.shape[1], kept.shape[2]  # of a CHUNKED mode's chunks; d, or k projecting
+    # a coordinated orderer's gradients are exchanged and summed there; Pi g is exchanged beside the sums
+    gathers_gradients, gathers_vectors = mode == GATHERED and not projecting, mode == GATHERED and projecting
     pairs = mode == PAIR_DIFFERENCES
     span = b if b % 2 == 0 else 2 * b  # positions from a pair's end to the next step ending on one
     held = k = last_count = 0  # held: positions per worker kept in a chunk, not yet observed
@@ -543,8 +616,12 @@ def epoch_steps(model, data, rule, observer, exchange, recording):
         sums = history[slot] if exchange is None else exchange.local_sums
         traced = recording.trace_every > 0 and step % recording.trace_every == 0
         loss = 0.0
+        if projecting:  # Pi grad R(x) at the step's model, once for every worker
+            regularizer_gradient(x, params, projection.regularizer)
+            project(projection.projected_regularizer, projection.regularizer, None, projection.kind,
+                    projection.dense, projection.columns, projection.bounds, projection.sigma)
         for w in range(local):
-            # the kernel writes straight into kept where it can (no copy through scratch)
+            # the kernel (or projected_gradients) writes straight into kept where it can
             if mode == GRADIENTS:
                 out = kept[w, held:held + count]
             elif pairs and count == 1 and held % 2 == 0:  # a pair's first gradient
@@ -552,11 +629,17 @@ def epoch_steps(model, data, rule, observer, exchange, recording):
             elif mode == EACH_STEP or mode == GATHERED:
                 out = kept[w]
             else:
-                out = scratch
-            worker_loss = worker_step(x, A, y, params, order, w, w * n, pos, count, idx, out, sums[w],
-                                      traced)
+                out = unkept
+            if projecting:  # the gradients go to the sums only; the orderer sees Pi g
+                worker_loss = worker_step(x, A, y, params, order, w, w * n, pos, count, idx, scratch,
+                                          sums[w], traced, projection.slopes)
+                projected_gradients(out, projection.rows, idx, projection.slopes,
+                                    projection.projected_regularizer, count)
+            else:
+                worker_loss = worker_step(x, A, y, params, order, w, w * n, pos, count, idx, out,
+                                          sums[w], traced)
             if pairs and (count > 1 or held % 2 == 1):
-                fold_pairs(scratch, count, held, kept[w])
+                fold_pairs(unkept, count, held, kept[w])
             if exchange is None:
                 loss += worker_loss
             else:
@@ -566,14 +649,14 @@ def epoch_steps(model, data, rule, observer, exchange, recording):
             link, gathered = exchange.link, exchange.gathered
             local_grads, all_grads = kept, gathered
             if count < b and (mode == EACH_STEP or mode == GATHERED):
-                # the short last step: C-contiguous (·, count, d) views, as observe wants
+                # the short last step: C-contiguous (·, count, ·) views, as observe wants
                 local_grads = packed(kept, count)
                 if mode == GATHERED:
-                    all_grads = gathered.reshape(-1)[:m * count * d].reshape((m, count, d))
+                    all_grads = gathered.reshape(-1)[:m * count * kept_dim].reshape((m, count, kept_dim))
             # publish, then the orderer while the other ranks catch up, then collect: with the
             # shared-memory exchange the orderer's work overlaps the wait (node_exchange.py). A
-            # GATHERED orderer observes every worker's gradients, so one step late.
-            if mode == GATHERED:
+            # GATHERED orderer observes every worker's gradients (or Pi g), so one step late.
+            if gathers_gradients:
                 publish(local_grads, link)
             else:
                 publish(exchange.local_sums, link)
@@ -583,15 +666,18 @@ def epoch_steps(model, data, rule, observer, exchange, recording):
             elif mode == GATHERED and k > 0:
                 observe(previous, state)
             t3 = seconds()
-            if mode == GATHERED:
+            if gathers_gradients:
                 if b == 1:  # a worker's gradient is its sum (the updates add it to 0.0 either way)
-                    all_grads = history[slot].reshape((m, 1, d))
+                    all_grads = history[slot].reshape((m, 1, kept_dim))
                 status = collect(local_grads, all_grads, link)
                 if b > 1:
                     row_sums(all_grads, history[slot])
                 previous = all_grads
             else:
                 status = collect(exchange.local_sums, history[slot], link)
+                if gathers_vectors and status != STALLED:
+                    status = exchange_rows(local_grads, all_grads, link)
+                    previous = all_grads
             if status == STALLED:
                 break
         if traced:

@@ -29,6 +29,7 @@ from ordersim.checkpoint import save as save_checkpoint
 from ordersim.compile_notice import compile_notice
 from ordersim.config import Config, ConfigError, check_fields  # noqa: F401  (check_fields: the set-up's first step)
 from ordersim.orderers import build_orderer
+from ordersim.orderers._projection import project_rows
 from ordersim.streams import stream
 from ordersim.stragglers import clock_from_config
 from ordersim.trace import NoTrace, TraceWriter
@@ -229,13 +230,14 @@ def warn_regime(config: Config, backend, regimes: dict) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def run_orderer(config: Config, backend, name: str, n: int, d: int, seed: int) -> tuple:
+def run_orderer(config: Config, backend, name: str, n: int, d: int, seed: int, linear: bool = False) -> tuple:
     """(orderer, coordinated): the orderer a run of `name` holds on this rank, with the config's
-    options (build_orderer)."""
+    options (build_orderer); for a `linear` problem a projecting orderer is handed Pi g, which
+    the epoch loop forms from the projected rows (engine.Projection)."""
     return build_orderer(name, config.workers, n, d, seed, ranks=backend.size, first=backend.first,
                          local=backend.local_workers, orderer_options=config.orderer_options, batch=config.batch,
                          walk_c=config.walk_c or None, sign=config.sign, tie=config.tie,
-                         first_order=config.first_order, run_epochs=config.epochs)
+                         first_order=config.first_order, run_epochs=config.epochs, projected_input=linear)
 
 
 class Run:
@@ -247,8 +249,15 @@ class Run:
         m, n, d, b = config.workers, setup.n, problem.dim, config.batch
         self.m, self.n, self.d, self.b = m, n, d, b
         self.local = backend.local_workers
-        self.orderer, self.coordinated = run_orderer(config, backend, orderer_name, n, d, seed)
+        self.orderer, self.coordinated = run_orderer(config, backend, orderer_name, n, d, seed, problem.linear)
         self.own_rows = slice(backend.first, backend.last) if self.coordinated else slice(None)
+        # a linear model's rows projected once (engine.Projection): the orderer is handed Pi g
+        self.projected_rows = None
+        if self.orderer.projected_input:
+            engine.compile_for_steps(problem.batch_grads_slopes, engine.SLOPES_KERNEL_ARGS)
+            self.input_projection = self.orderer.input_projection()
+            self.projected_rows = project_rows(setup.A, *self.input_projection,
+                                               aligned.empty((setup.A.shape[0], self.orderer.dim)))
         # the model and every buffer of the step loops start on a cache line (ordersim/aligned.py)
         self.x = aligned.on_cache_line(problem.initial_point(stream(seed, "init")))
         engine.compile_for_steps(problem.batch_grads)  # before the step loops use it
@@ -347,12 +356,18 @@ class Run:
             mode, kernel = engine.PAIR_DIFFERENCES, orderer.pair_difference_kernel
         else:
             mode, kernel = engine.GRADIENTS, orderer.kernel
+        projecting = self.projected_rows is not None and mode != engine.NO_GRADIENTS
+        width = self.orderer.dim if projecting else d  # the orderer is handed k values per example
         if mode in engine.CHUNKED:
-            kept = aligned.empty((m, engine.chunk_rows(mode, m, n, b, d), d))
+            kept = aligned.empty((m, engine.chunk_rows(mode, m, n, b, width), width))
         elif mode in (engine.EACH_STEP, engine.GATHERED):
-            kept = aligned.empty((local, b, d))
+            kept = aligned.empty((local, b, width))
         else:
             kept = aligned.empty((1, 1, 1))
+        projection = engine.no_projection()
+        if projecting:
+            projection = engine.Projection(True, self.projected_rows, *self.input_projection, np.empty(b),
+                                           aligned.empty(d), aligned.empty(width), aligned.empty((b, width)))
         state = orderer.state if orderer.needs_gradients else np.zeros(1, dtype=np.int64)
         # Decoded schemes (ignore-stragglers, pipelined GC) update along coef-weighted partition
         # sums kept in self.history (engine.apply_coded_update); the others along the plain sum
@@ -360,9 +375,9 @@ class Run:
         history = self.history if coef is not None else aligned.empty((1, m, d))
         exchange = None
         if not serial:
-            gathered = aligned.empty((m, b, d) if mode == engine.GATHERED else (1, 1, 1))
-            link = s.backend.exchange_link(gathered.size // s.backend.size if mode == engine.GATHERED
-                                           else local * d)
+            gathered = aligned.empty((m, b, width) if mode == engine.GATHERED else (1, 1, 1))
+            # the sums, or a coordinated orderer's gradients; projecting, Pi g beside the sums
+            link = s.backend.exchange_link(max(local * d, gathered.size // s.backend.size))
             exchange = engine.Exchange(link, aligned.empty((local, d)), np.empty((local, 1)),
                                        np.empty((m, 1)), gathered)
         inputs = engine.EpochInputs(
@@ -371,10 +386,11 @@ class Run:
             engine.UpdateRule(float(lr), float(config.momentum), float(config.weight_decay), history,
                               NO_COEFFICIENTS if coef is None else coef, coef is not None, int(self.step),
                               aligned.empty(d)),
-            engine.Observer(mode, engine.first_class(kernel), state, kept, aligned.empty((b, d))),
+            engine.Observer(mode, engine.first_class(kernel), state, kept, aligned.empty((b, d)), projection),
             exchange,
             engine.Recording(int(config.trace_every), np.full(self.steps_per_epoch, np.nan), np.zeros(3)))
-        return engine.epoch_loop(s.problem.batch_grads, exchanging=not serial), inputs
+        linear = (s.problem.batch_grads_slopes, s.problem.regularizer_gradient) if projecting else None
+        return engine.epoch_loop(s.problem.batch_grads, exchanging=not serial, linear=linear), inputs
 
     def _record_steps(self, epoch, losses):
         """Trace every trace_every-th global step of these (losses: one per step) and count them."""

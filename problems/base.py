@@ -11,6 +11,14 @@ kernels exposed as staticmethods (so other ``@njit`` code can take them as argum
 Every f_i includes the regularizer, so the mean of the f_i is the objective. A is (N, p) float64
 C-contiguous, y (N,) float64, idx int64 (k,), out float64 (k, dim) or (dim,), params float64 (the
 problem's hyperparameters, see ``kernel_params``). See docs/problems.md for a worked example.
+
+A linear model, whose gradients are grad f_i(x) = s_i(x) a_i + grad R(x) (a_i row i of A, s_i a
+scalar, R the regularizer), may declare it with two more kernels; the simulator then hands a
+projecting orderer s_i (Pi a_i) + Pi grad R(x), from the rows projected once per run, instead of
+projecting each gradient (docs/algorithms.md, "Random projection before balancing"):
+
+    batch_grads_slopes(x, A, y, idx, params, out, slopes) -> float   batch_grads, bit for bit, and slopes[r] = s_idx[r](x)
+    regularizer_gradient(x, params, out) -> None                     out = grad R(x)
 """
 
 import math
@@ -65,6 +73,9 @@ class Problem:
     label_kind: str = "real"
     # option name -> default; every option must be listed here (unknown names are rejected)
     defaults: dict = {}
+    # a linear model's kernels (the module docstring); None: gradients are projected one by one
+    batch_grads_slopes = None
+    regularizer_gradient = None
 
     def __init__(self, features: int, classes: int = 0, **options):
         for field, value, low in (("features", features, 1), ("classes", classes, 0)):
@@ -114,6 +125,11 @@ class Problem:
         return None
 
     # -- shared behaviour ---------------------------------------------------------------------------
+    @property
+    def linear(self) -> bool:
+        """Whether the problem declares its gradients as s_i a_i + grad R (both kernels set)."""
+        return self.batch_grads_slopes is not None and self.regularizer_gradient is not None
+
     def initial_point(self, rng: np.random.Generator) -> np.ndarray:
         return np.zeros(self.dim)
 

@@ -8,8 +8,10 @@ from ordersim.problems._kernels import FAST, row_dot, half_sq_norm
 from ordersim.problems.base import Problem
 
 
-@njit(cache=True, fastmath=FAST, error_model="numpy")
-def batch_grads(x, A, y, idx, params, out):
+@njit(inline="always", fastmath=FAST, error_model="numpy")
+def gradients_and_slopes(x, A, y, idx, params, out, slopes):
+    """batch_grads' code; with slopes (not None) also slopes[r] = a_i^T x - y_i, the scalar of a_i in
+    the gradient."""
     lam = params[0]
     d = x.shape[0]
     reg = lam * half_sq_norm(x)
@@ -18,9 +20,27 @@ def batch_grads(x, A, y, idx, params, out):
         i = idx[r]
         e = row_dot(A, i, x) - y[i]
         total += 0.5 * e * e + reg
+        if slopes is not None:
+            slopes[r] = e
         for j in range(d):
             out[r, j] = e * A[i, j] + lam * x[j]
     return total
+
+
+@njit(cache=True, fastmath=FAST, error_model="numpy")
+def batch_grads(x, A, y, idx, params, out):
+    return gradients_and_slopes(x, A, y, idx, params, out, None)
+
+
+@njit(cache=True, fastmath=FAST, error_model="numpy")
+def batch_grads_slopes(x, A, y, idx, params, out, slopes):
+    return gradients_and_slopes(x, A, y, idx, params, out, slopes)
+
+
+@njit(cache=True, fastmath=FAST, error_model="numpy")
+def regularizer_gradient(x, params, out):
+    for j in range(x.shape[0]):
+        out[j] = params[0] * x[j]
 
 
 @njit(cache=True, fastmath=FAST, error_model="numpy")
@@ -67,6 +87,8 @@ class LeastSquares(Problem):
     defaults = {"lam": 1e-3}
 
     batch_grads = staticmethod(batch_grads)
+    batch_grads_slopes = staticmethod(batch_grads_slopes)
+    regularizer_gradient = staticmethod(regularizer_gradient)
     full_grad = staticmethod(full_grad)
     full_loss = staticmethod(full_loss)
     accuracy = staticmethod(accuracy)

@@ -34,8 +34,10 @@ def reg_grad(xj, lam, kind):
     return 2.0 * lam * xj / (t * t)
 
 
-@njit(cache=True, fastmath=FAST, error_model="numpy")
-def batch_grads(x, A, y, idx, params, out):
+@njit(inline="always", fastmath=FAST, error_model="numpy")
+def gradients_and_slopes(x, A, y, idx, params, out, slopes):
+    """batch_grads' code; with slopes (not None) also slopes[r] = -y_i sigmoid(-y_i a_i^T x), the
+    scalar of a_i in the gradient."""
     lam = params[0]
     kind = params[1]
     d = x.shape[0]
@@ -52,6 +54,8 @@ def batch_grads(x, A, y, idx, params, out):
         m = -y[i] * z
         total += log1pexp(m) + reg
         c = -y[i] * sigmoid(m)
+        if slopes is not None:
+            slopes[r] = c
         if kind == 0.0:
             for j in range(d):
                 out[r, j] = c * A[i, j] + lam * x[j]
@@ -59,6 +63,22 @@ def batch_grads(x, A, y, idx, params, out):
             for j in range(d):
                 out[r, j] = c * A[i, j] + out[k - 1, j]
     return total
+
+
+@njit(cache=True, fastmath=FAST, error_model="numpy")
+def batch_grads(x, A, y, idx, params, out):
+    return gradients_and_slopes(x, A, y, idx, params, out, None)
+
+
+@njit(cache=True, fastmath=FAST, error_model="numpy")
+def batch_grads_slopes(x, A, y, idx, params, out, slopes):
+    return gradients_and_slopes(x, A, y, idx, params, out, slopes)
+
+
+@njit(cache=True, fastmath=FAST, error_model="numpy")
+def regularizer_gradient(x, params, out):
+    for j in range(x.shape[0]):
+        out[j] = reg_grad(x[j], params[0], params[1])
 
 
 @njit(cache=True, fastmath=FAST, error_model="numpy")
@@ -136,6 +156,8 @@ class Logistic(Problem):
     regularizer = 0.0
 
     batch_grads = staticmethod(batch_grads)
+    batch_grads_slopes = staticmethod(batch_grads_slopes)
+    regularizer_gradient = staticmethod(regularizer_gradient)
     full_grad = staticmethod(full_grad)
     full_loss = staticmethod(full_loss)
     accuracy = staticmethod(accuracy)

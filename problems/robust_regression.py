@@ -40,8 +40,10 @@ def psi(r, c, kind):
     return r * math.exp(-u)
 
 
-@njit(cache=True, fastmath=FAST, error_model="numpy")
-def batch_grads(x, A, y, idx, params, out):
+@njit(inline="always", fastmath=FAST, error_model="numpy")
+def gradients_and_slopes(x, A, y, idx, params, out, slopes):
+    """batch_grads' code; with slopes (not None) also slopes[r] = rho'(a_i^T x - y_i), the scalar
+    of a_i in the gradient."""
     lam, c, kind = params[0], params[1], params[2]
     d = x.shape[0]
     reg = lam * half_sq_norm(x)
@@ -53,7 +55,25 @@ def batch_grads(x, A, y, idx, params, out):
         g = psi(e, c, kind)
         for j in range(d):
             out[r, j] = g * A[i, j] + lam * x[j]
+        if slopes is not None:
+            slopes[r] = g
     return total
+
+
+@njit(cache=True, fastmath=FAST, error_model="numpy")
+def batch_grads(x, A, y, idx, params, out):
+    return gradients_and_slopes(x, A, y, idx, params, out, None)
+
+
+@njit(cache=True, fastmath=FAST, error_model="numpy")
+def batch_grads_slopes(x, A, y, idx, params, out, slopes):
+    return gradients_and_slopes(x, A, y, idx, params, out, slopes)
+
+
+@njit(cache=True, fastmath=FAST, error_model="numpy")
+def regularizer_gradient(x, params, out):
+    for j in range(x.shape[0]):
+        out[j] = params[0] * x[j]
 
 
 @njit(cache=True, fastmath=FAST, error_model="numpy")
@@ -102,6 +122,8 @@ class RobustRegression(Problem):
     defaults = {"lam": 1e-3, "loss": "geman-mcclure", "c": 1.0}
 
     batch_grads = staticmethod(batch_grads)
+    batch_grads_slopes = staticmethod(batch_grads_slopes)
+    regularizer_gradient = staticmethod(regularizer_gradient)
     full_grad = staticmethod(full_grad)
     full_loss = staticmethod(full_loss)
     accuracy = staticmethod(accuracy)

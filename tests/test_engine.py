@@ -60,7 +60,7 @@ def epoch_from_zero(kernel, A, y, orders, params, b, lr, momentum=0.0, weight_de
         engine.UpdateRule(lr, momentum, weight_decay, np.empty((1, M, P)), np.zeros((1, 1, 1)), False, 0,
                           np.empty(P)),
         engine.Observer(store, engine.first_class(observe), state,
-                        np.empty((1, 1, 1)) if grads_out is None else grads_out, np.empty((b, P))),
+                        np.empty((1, 1, 1)) if grads_out is None else grads_out, np.empty((b, P)), engine.no_projection()),
         None, recording)
     return done, x, recording.trace_loss
 

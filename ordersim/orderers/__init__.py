@@ -15,7 +15,8 @@ from ordersim import numba_cache  # noqa: F401  (stamps the cached kernels the m
 from ordersim.orderers.base import Orderer, balance_options, default_walk_c
 from ordersim.registry import Registry, package_classes
 
-OPTIONS = ("first_worker", "sign", "walk_c", "tie", "first_order", "projection", "projection_dim", "group")
+OPTIONS = ("first_worker", "sign", "walk_c", "tie", "first_order", "projection", "projection_dim", "group",
+           "projected_input")
 
 
 def _builtin_orderers() -> list[type[Orderer]]:
@@ -39,7 +40,7 @@ def orderer_class(name: str) -> type[Orderer]:
 def make_orderer(name: str, workers: int, examples: int, dim: int, seed: int = 0, *,
                  run_epochs: int | None = None, **options) -> Orderer:
     """A fresh orderer; options: first_worker, sign, walk_c, tie, first_order, projection,
-    projection_dim, group (see Orderer), and
+    projection_dim, group, projected_input (see Orderer), and
     the orderer's own ``extra_options`` (sbw's epochs, ...). ``run_epochs``, the run's number of
     epochs, is passed as ``epochs`` to the orderers whose rule needs it and ignored by the others,
     so a caller running every orderer need not know which do."""
@@ -55,7 +56,8 @@ def make_orderer(name: str, workers: int, examples: int, dim: int, seed: int = 0
 
 def build_orderer(name: str, workers: int, n: int, d: int, seed: int, *, ranks: int, first: int, local: int,
                   orderer_options: dict, batch: int | None, walk_c: float | None = None,
-                  options_field: str = "config field 'orderer_options'", **options) -> tuple:
+                  options_field: str = "config field 'orderer_options'", projected_input: bool = False,
+                  **options) -> tuple:
     """(orderer, coordinated): orderer `name` as one of `ranks` processes holds it, whose workers
     are first..first+local-1 of m = `workers` (n examples each, gradients of d values). A
     coordinated orderer runs for all m workers on every process (coordinated is then True: it
@@ -64,12 +66,14 @@ def build_orderer(name: str, workers: int, n: int, d: int, seed: int, *, ranks: 
     The balancing orderers get the `orderer_options` table (balance_options: projection,
     projection_dim, group, which must divide `batch` unless it is None); the others ignore it.
     walk_c None is the default from N = m n, not from this process's workers, so the walk is the
-    same on any number of processes. `options` go to make_orderer (sign, tie, first_order,
-    run_epochs, the orderer's own)."""
+    same on any number of processes. With `projected_input` (a caller that can form Pi g itself:
+    the simulator for a linear model) a projecting orderer is handed Pi g instead of g. `options`
+    go to make_orderer (sign, tie, first_order, run_epochs, the orderer's own)."""
     options["walk_c"] = default_walk_c(workers * n, d) if walk_c is None else walk_c
     cls = orderer_class(name)
     if cls.takes_projection_and_group:
         options.update(balance_options(orderer_options, batch, options_field))
+        options["projected_input"] = projected_input and options["projection"] != "none"
     coordinated = cls.coordinated and ranks > 1
     rows, first_row = (workers, 0) if coordinated else (local, first)
     return make_orderer(name, rows, n, d, seed, first_worker=first_row, **options), coordinated

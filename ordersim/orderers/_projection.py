@@ -77,3 +77,12 @@ def project(out, a, b, kind, dense, columns, bounds, sigma):
     else:
         for c in range(out.shape[0]):
             out[c] = _component(a, b, c)
+
+
+@njit(cache=True, error_model="numpy")
+def project_rows(A, kind, dense, columns, bounds, sigma, out):
+    """out[i] = Pi A[i] for every row of A (out: (rows, k)): a linear model's rows projected once
+    per run (the engine hands a projecting orderer s_i out[i] + Pi grad R(x))."""
+    for i in range(A.shape[0]):
+        project(out[i], A[i], None, kind, dense, columns, bounds, sigma)
+    return out

@@ -5,7 +5,9 @@ recursive-pair).
 
 Such an orderer balances units (a group of r consecutive visit positions, as the mean of its
 gradients, or a single example), each as its image under Pi (k x d, ``_projection.py``) when a
-projection is set. Its state layout starts with ``UNITS``' fields (``StateLayout(**UNITS.fields,
+projection is set. With ``projected_input`` it is handed Pi g (k values per example) instead of
+g, and balances what it is handed: the simulator forms Pi g from the data rows projected once
+per run for a linear model (``input_projection``; docs/algorithms.md). Its state layout starts with ``UNITS``' fields (``StateLayout(**UNITS.fields,
 ...)``), so that ``UNITS``' accessors read them in its state.
 """
 
@@ -71,6 +73,11 @@ class UnitOrderer(GradientOrderer):
         return self.examples // self.group
 
     @property
+    def gradient_dim(self) -> int:
+        """d, the dimension of the gradients (dim is k when the orderer is handed Pi g)."""
+        return self._gradient_dim
+
+    @property
     def balanced_dim(self) -> int:
         """The dimension of the balanced vectors: k, or d without a projection."""
         return self.projection_dim if self.projection != "none" else self.dim
@@ -82,12 +89,16 @@ class UnitOrderer(GradientOrderer):
 
     def _setup(self):
         super()._setup()
-        self.balances_units = self.projection != "none" or self.group > 1
+        self._gradient_dim = self.dim
         if self.projection != "none" and self.projection_dim == 0:  # the Johnson-Lindenstrauss default
             self.projection_dim = _projection.johnson_lindenstrauss_dim(max(self.units_per_sum, 1), self.dim)
         k, d = self.projection_dim, self.dim
-        gaussian, sparse = self.projection == "gaussian", self.projection == "sparse"
-        self.group_dim = d if self.group > 1 else 0
+        if self.projected_input:  # it is handed Pi g: the k values it observes are what it balances
+            self.dim = k
+        applies = self.projection != "none" and not self.projected_input  # Pi in the kernels
+        self.balances_units = applies or self.group > 1
+        gaussian, sparse = applies and self.projection == "gaussian", applies and self.projection == "sparse"
+        self.group_dim = self.dim if self.group > 1 else 0
         self.unit_dim = self.balanced_dim if self.balances_units else 0
         self.dense_rows, self.dense_cols = (k, d) if gaussian else (0, 0)
         self._sparse = _projection.sparse_projection(self.seed, k, d) if sparse else None
@@ -97,13 +108,24 @@ class UnitOrderer(GradientOrderer):
     def _setup_state(self):
         super()._setup_state()
         self.group_size[...] = self.group
-        self.projection_kind[...] = _projection.KINDS[self.projection]
-        if self.projection == "gaussian":
+        self.projection_kind[...] = _projection.KINDS["none" if self.projected_input else self.projection]
+        if self.dense_rows:
             self.dense_projection[...] = _projection.gaussian_projection(self.seed, self.projection_dim, self.dim)
         if self._sparse is not None:
             self.sparse_columns[:], self.sparse_bounds[:], self.sparse_scale[...] = self._sparse
         del self._sparse  # kept in the state
         self._bind_kernels()
+
+    def input_projection(self) -> tuple:
+        """Pi as _projection.project takes it, (kind, dense, columns, bounds, sigma), drawn as the
+        kernels draw it: what an engine that hands this orderer Pi g projects with."""
+        k, d = self.projection_dim, self.gradient_dim
+        none = (np.zeros((0, 0)), np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64), 0.0)
+        if self.projection == "gaussian":
+            return (_projection.GAUSSIAN, _projection.gaussian_projection(self.seed, k, d)) + none[1:]
+        if self.projection == "sparse":
+            return (_projection.SPARSE, none[0]) + _projection.sparse_projection(self.seed, k, d)
+        return (_projection.NONE,) + none
 
     def _bind_kernels(self):
         """The unit kernels as this orderer's, when it balances units. A grouped pair walk has no

@@ -116,6 +116,7 @@ class Orderer:
         projection: str = "none",
         projection_dim: int | None = None,
         group: int = 1,
+        projected_input: bool = False,
     ):
         for field, value, low in (
             ("workers", workers, 1),
@@ -142,6 +143,9 @@ class Orderer:
             raise ValueError(f"{self.name}: projection and group are options of the balancing orderers; "
                              f"{self.name} takes neither (docs/algorithms.md, \"Random projection before "
                              f"balancing\"), got projection={projection!r}, group={group!r}")
+        if not isinstance(projected_input, bool) or (projected_input and projection == "none"):
+            raise ValueError(f"{self.name}: projected_input must be True or False, and True only with "
+                             f"a projection, got projected_input={projected_input!r} with projection={projection!r}")
         if walk_c is None:
             walk_c = default_walk_c(workers * examples, dim)
         if not (isinstance(walk_c, (int, float, np.floating)) and math.isfinite(walk_c) and walk_c > 0):
@@ -151,7 +155,7 @@ class Orderer:
         self.seed, self.first_worker = int(seed), int(first_worker)
         self.sign, self.tie, self.first_order = sign, tie, first_order
         self.walk_c = float(walk_c)
-        self.projection, self.group = projection, int(group)
+        self.projection, self.group, self.projected_input = projection, int(group), projected_input
         self.projection_dim = 0 if projection_dim is None else int(projection_dim)  # 0: the default
         self.epoch = 0  # index of the epoch that begin_epoch() starts next (or is inside)
         self.order = np.empty((self.workers, self.examples), dtype=np.int64)
