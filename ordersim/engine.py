@@ -50,12 +50,20 @@ def loss_dropped(x, A, y, idx, params, out):
     return 0.0
 
 
+def slopes_loss_dropped(x, A, y, idx, params, out, slopes):
+    """The template for a linear model's batch_grads_slopes (bound to the name batch_grads here):
+    its gradients and slopes, its loss unused."""
+    batch_grads(x, A, y, idx, params, out, slopes)
+    return 0.0
+
+
 _GRADIENT_KERNELS = {}
 
 
-def gradients_kernel(batch_grads):
+def gradients_kernel(batch_grads, template=loss_dropped, args=STEP_KERNEL_ARGS):
     """A kernel that writes batch_grads' gradients, bit for bit, and returns 0.0 instead of the
-    loss, which the step loops need only on the steps they trace (Recording.trace_every).
+    loss, which the step loops need only on the steps they trace (Recording.trace_every); with
+    template slopes_loss_dropped and args SLOPES_KERNEL_ARGS, the same for batch_grads_slopes.
 
     batch_grads' own code, inlined (inline="always") into a copy of loss_dropped compiled with
     batch_grads' options (fastmath included: the same instructions for the same operations), so
@@ -73,10 +81,10 @@ def gradients_kernel(batch_grads):
                    if key not in ("cache", "inline", "nopython")}
         digest = numba_cache.kernel_digest(batch_grads)
         names = dict(globals(), batch_grads=njit(inline="always", **options)(batch_grads.py_func))
-        copy = _copy(loss_dropped, names, f"loss_dropped_{digest or 'uncached'}")
+        copy = _copy(template, names, f"{template.__name__}_{digest or 'uncached'}")
         compiled = njit(cache=digest is not None, **options)(copy)
         try:
-            compiled.compile(STEP_KERNEL_ARGS)
+            compiled.compile(args)
             found = compiled
         except errors.NumbaError:
             pass
@@ -86,44 +94,49 @@ def gradients_kernel(batch_grads):
 
 # The loops' code below (worker_step, worker_examples, epoch_steps; metrics.herding_steps) calls the
 # problem's kernel (batch_grads, and gradients_only: gradients_kernel's; a linear model's
-# gradients_with_slopes and regularizer_gradient, or stubs), and the MPI loop the
+# gradients_with_slopes, slopes_only and regularizer_gradient, or stubs), and the MPI loop the
 # exchange, by global names that problem_loop binds in each problem's jitted copies; here they hold
 # the serial loop's values (the exchange's names only in branches that an exchange of None removes
 # at compile time).
-batch_grads = gradients_only = gradients_with_slopes = regularizer_gradient = None
+batch_grads = gradients_only = gradients_with_slopes = slopes_only = regularizer_gradient = None
 STALLED, STEP, collect, exchange_rows, publish = -1, 0, None, None, None
 
 
 def worker_step(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum, with_loss,
-                slopes=None):
+                slopes=None, projected_rows=None):
     """Gradients of one worker's next `count` examples (visit positions pos..pos+count-1).
 
     Local example e of local row `row` is row base + e of A. Writes the per-example gradients to
     grads[:count] and their sum (in visit order) to grad_sum; returns the sum of the losses, or
     without `with_loss` 0.0 (their computation left out: gradients_kernel). With `slopes` (a
-    linear model's route, Projection) the kernel is gradients_with_slopes, which also writes each
-    example's s_i to slopes[:count] and always returns the losses.
+    linear model's route, Projection) the kernel is gradients_with_slopes (slopes_only), which
+    also writes each example's s_i to slopes[:count]; the next step's projected_rows (A Pi^T)
+    are prefetched with its data rows.
     One example (every step at b = 1) goes to a copy of worker_examples with count the constant 1
     (both inlined), whose loops LLVM then removes: the serial loop's memory-bound epoch at b = 1
     took 15 % less time that way (docs/performance.md).
     """
     if count == 1:
         return worker_examples(x, A, y, params, order, row, base, pos, 1, idx, grads, grad_sum,
-                               with_loss, slopes)
+                               with_loss, slopes, projected_rows)
     return worker_examples(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum,
-                           with_loss, slopes)
+                           with_loss, slopes, projected_rows)
 
 
 def worker_examples(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum, with_loss,
-                    slopes=None):
+                    slopes=None, projected_rows=None):
     """worker_step's work. The rows of the worker's next `count` examples are prefetched first,
     to arrive while these are computed."""
     for r in range(pos + count, min(pos + 2 * count, order.shape[1])):
         prefetch_row(A, base + order[row, r])
+        if projected_rows is not None:
+            prefetch_row(projected_rows, base + order[row, r])
     for r in range(count):
         idx[r] = base + order[row, pos + r]
-    if slopes is not None:
+    if slopes is not None and with_loss:
         loss = gradients_with_slopes(x, A, y, idx[:count], params, grads[:count], slopes[:count])
+    elif slopes is not None:
+        loss = slopes_only(x, A, y, idx[:count], params, grads[:count], slopes[:count])
     elif with_loss:
         loss = batch_grads(x, A, y, idx[:count], params, grads[:count])
     else:
@@ -476,7 +489,9 @@ def _problem_names(kernel, exchanging: bool, linear) -> dict:
         return names
     slopes, regularizer = linear or (no_slopes, no_regularizer_gradient)
     names = dict(globals(), batch_grads=kernel, gradients_only=gradients_kernel(kernel),
-                 gradients_with_slopes=slopes, regularizer_gradient=regularizer)
+                 gradients_with_slopes=slopes, regularizer_gradient=regularizer,
+                 slopes_only=gradients_kernel(slopes, slopes_loss_dropped, SLOPES_KERNEL_ARGS)
+                 if linear else no_slopes)
     if exchanging:
         from ordersim import node_exchange, stall
 
@@ -632,7 +647,7 @@ def epoch_steps(model, data, rule, observer, exchange, recording):
                 out = unkept
             if projecting:  # the gradients go to the sums only; the orderer sees Pi g
                 worker_loss = worker_step(x, A, y, params, order, w, w * n, pos, count, idx, scratch,
-                                          sums[w], traced, projection.slopes)
+                                          sums[w], traced, projection.slopes, projection.rows)
                 projected_gradients(out, projection.rows, idx, projection.slopes,
                                     projection.projected_regularizer, count)
             else:

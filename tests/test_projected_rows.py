@@ -46,6 +46,24 @@ def test_a_linear_model_s_gradients_are_its_slopes_times_its_rows(name):
     np.testing.assert_allclose(grads, slopes[:, None] * A[idx] + regularizer, rtol=1e-12)
 
 
+@pytest.mark.parametrize("name", LINEAR)
+def test_untraced_steps_leave_the_loss_out_of_the_slopes_kernel(name):
+    """gradients_kernel of batch_grads_slopes: its gradients and slopes bit for bit, 0.0 for the loss."""
+    from numba import config
+
+    problem = make_problem(name, 5, 0 if name in ("least-squares", "robust-regression") else 2)
+    rng = np.random.default_rng(8)
+    A, x, y = rng.standard_normal((9, 5)), rng.standard_normal(5), np.sign(rng.standard_normal(9))
+    idx = np.array([4, 0, 7], dtype=np.int64)
+    kernel = engine.gradients_kernel(problem.batch_grads_slopes, engine.slopes_loss_dropped,
+                                     engine.SLOPES_KERNEL_ARGS)
+    expected, out, expected_slopes, slopes = np.empty((3, 5)), np.empty((3, 5)), np.empty(3), np.empty(3)
+    problem.batch_grads_slopes(x, A, y, idx, problem.params, expected, expected_slopes)
+    loss = kernel(x, A, y, idx, problem.params, out, slopes)
+    assert np.array_equal(out, expected) and np.array_equal(slopes, expected_slopes)
+    assert config.DISABLE_JIT or loss == 0.0, "the loss is left out"
+
+
 @pytest.mark.parametrize("kind", ["gaussian", "sparse"])
 def test_the_rows_are_projected_as_the_reference_projects(kind):
     rng = np.random.default_rng(4)
