@@ -98,14 +98,15 @@ def fixed_slope_args(options, out):
             "--quiet", "--out", str(out)]
 
 
-@pytest.mark.parametrize("options", [{"projection": "sparse", "projection_dim": 4},
-                                     {"projection": "gaussian", "projection_dim": 3, "group": 2}],
-                         ids=["sparse", "gaussian-grouped"])
-def test_the_simulator_hands_the_orderers_slopes_times_projected_rows(tmp_path, options):
+@pytest.mark.parametrize("options, env", [({"projection": "sparse", "projection_dim": 4}, {}),
+                                          ({"projection": "gaussian", "projection_dim": 3, "group": 2}, {}),
+                                          ({"projection": "sparse", "projection_dim": 4}, {"NUMBA_DISABLE_JIT": "1"})],
+                         ids=["sparse", "gaussian-grouped", "sparse-no-jit"])
+def test_the_simulator_hands_the_orderers_slopes_times_projected_rows(tmp_path, options, env):
     """With slopes that do not depend on x, Pi g_i = y_i (Pi a_i) at every step: every recorded
-    order is the reference orderer's at k, handed those vectors, exactly."""
+    order is the reference orderer's at k, handed those vectors, exactly (also in plain Python)."""
     path = tmp_path / "fixed.h5"
-    result = run_serial(fixed_slope_args(options, path))
+    result = run_serial(fixed_slope_args(options, path), env=env)
     assert result.returncode == 0, result.stderr
     with h5py.File(path, "r") as f:
         config = json.loads(f.attrs["config"])
