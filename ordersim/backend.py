@@ -95,13 +95,13 @@ class MPIBackend(SerialBackend):
         from mpi4py import MPI
 
         from ordersim import node_exchange
-        from ordersim.jit_mpi import comm_handle
+        from ordersim.jit_mpi import handles
 
         self.comm = comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.watchdog = Watchdog(comm, stall_timeout, stop)
         self.workers = workers
-        self.comm_handle = comm_handle(comm)  # for MPI calls from jitted code
+        self.mpi_handles = handles(comm)  # for MPI calls from jitted code
         per_rank = workers // self.size
         self.first, self.last = self.rank * per_rank, (self.rank + 1) * per_rank
         # The step's exchange goes through shared memory when every rank is on this node
@@ -134,14 +134,14 @@ class MPIBackend(SerialBackend):
         limits = self.watchdog.limits
         if self.exchange == "allgather":
             no_slots = np.zeros((0, 1))
-            return self.comm_handle, self.rank, np.zeros(0, np.int64), no_slots, self._calls, limits
+            return self.mpi_handles, self.rank, np.zeros(0, np.int64), no_slots, self._calls, limits
         if self._slots is None or self._slots.doubles < doubles:
             with self._waiting("allocating the shared-memory exchange's window (MPI_Win_allocate_shared)"):
                 if self._slots is not None:
                     self._slots.free()
                 self._slots = SharedSlots(self.comm, doubles)
         slots = self._slots
-        return self.comm_handle, self.rank, slots.flags, slots.slots, slots.calls, limits
+        return self.mpi_handles, self.rank, slots.flags, slots.slots, slots.calls, limits
 
     def run_steps(self, loop, *args):
         """loop(*args): the jitted epoch loop (engine.epoch_loop), whose link came from
