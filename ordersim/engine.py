@@ -447,7 +447,8 @@ def problem_loop(template, kernel, exchanging: bool = False, **options):
     (with jit_mpi.ABI, the MPI handles' sizes): its exchange calls C functions by symbol
     (sched_yield, the futex syscall, MPI_Allgather: node_exchange, jit_mpi), resolved when the
     cached code is loaded, and takes every per-process value (the MPI handles, the shared
-    window's addresses) as an argument."""
+    window's addresses) as an argument. MPIBackend.run_steps compiles it on one rank per node
+    first, the node's other ranks then load it."""
     key = (template, kernel, exchanging)
     loop = _LOOPS.get(key)
     if loop is not None:
