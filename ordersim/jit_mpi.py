@@ -16,7 +16,8 @@ library's object (``&ompi_mpi_double``, ``&ompi_mpi_comm_world``: another addres
 with address-space randomization), passed as an integer of the same size either way. The sizes do
 shape the code (the C types of the call's arguments): ``ABI`` names them, and the cached loop's
 name carries it (engine.problem_loop), so code compiled against MPICH's 4-byte handles is never
-loaded under Open MPI's 8-byte ones.
+loaded under Open MPI's 8-byte ones. tests/test_numba_cache.py runs a cached loop in fresh
+processes, with MPICH and with Open MPI.
 """
 
 import ctypes
