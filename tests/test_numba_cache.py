@@ -1,5 +1,6 @@
 """ordersim.numba_cache: a change to a helper module recompiles the cached kernels that inline it;
-the cache directory must be private (only we may write it: Numba runs the code it finds there)."""
+the cache directory must be private (only we may write it: Numba runs the code it finds there).
+The MPI epoch loop is cached too, compiled by one rank of the node while the others wait."""
 
 import os
 import pwd
@@ -9,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numba
 import pytest
 
 from conftest import run_mpi
@@ -169,7 +171,11 @@ def remove_probe_entries(cache_lines):
             entry.unlink()
 
 
+NEEDS_JIT = pytest.mark.skipif(numba.config.DISABLE_JIT, reason="nothing compiles under NUMBA_DISABLE_JIT=1")
+
+
 @pytest.mark.mpi
+@NEEDS_JIT
 def test_the_mpi_loop_is_compiled_by_one_rank_then_loaded_from_the_cache(tmp_path):
     """On a cold cache the node's first rank compiles the MPI epoch loop and the others (3 at
     mpiexec -n 4) load it; a second job, in fresh processes (at -n 2, with MPI_Allgather as the
@@ -214,6 +220,7 @@ FAILING_COMPILE = textwrap.dedent("""
 
 
 @pytest.mark.mpi
+@NEEDS_JIT
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_a_rank_that_fails_to_compile_ends_the_ranks_waiting_for_it(tmp_path, ranks):
     script = tmp_path / "failing_compile.py"
