@@ -9,7 +9,9 @@ run. Prints per run the wall time of the process, the seconds Numba compiled (th
 "ordersim: compiled ..." lines, rank 0's) and the training and measurement time (the sum over
 the trace's runs of their last epoch's wall_time: the steps, the orderer and the measurements,
 after the warm-up), and their ratios within the same invocation, so that other load on the
-machine hits both alike.
+machine hits both alike. Under mpiexec also how many ranks compiled the MPI epoch loop and how many
+loaded it from the cache (Numba's cache log, NUMBA_DEBUG_CACHE: a compiling rank saves it): on a
+cold cache one rank per node compiles it (MPIBackend), on a warm one none.
 
 This is a script: it prints and never asserts (pytest does not collect it).
 """
@@ -39,7 +41,7 @@ def training_seconds(trace: str) -> float:
 
 
 def run(cache_dir: str, workdir: str, ranks: int) -> dict:
-    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir, NUMBA_DEBUG_CACHE="1")
     out = os.path.join(workdir, f"trace-{time.time_ns()}.h5")
     command = [sys.executable, "-m", "ordersim", "--out", out]
     if ranks > 1:
@@ -51,7 +53,10 @@ def run(cache_dir: str, workdir: str, ranks: int) -> dict:
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr}")
     compiled = sum(float(s) for s in re.findall(r"ordersim: compiled .*? in ([0-9.]+) s", done.stderr))
-    return dict(wall=wall, compiled=compiled, training=training_seconds(out))
+    mpi_loop = [line for line in done.stdout.splitlines() if "engine.epoch_steps_mpi_" in line]
+    return dict(wall=wall, compiled=compiled, training=training_seconds(out),
+                loop_saved=sum("data saved to" in line for line in mpi_loop),
+                loop_loaded=sum("data loaded from" in line for line in mpi_loop))
 
 
 def main() -> None:
@@ -66,7 +71,9 @@ def main() -> None:
                 outside = r["wall"] - r["training"]
                 print(f"ranks {ranks} {state}: wall {r['wall']:6.2f} s  compiled {r['compiled']:6.2f} s  "
                       f"training+measurement {r['training']:5.2f} s  outside/wall {outside / r['wall']:.2f}  "
-                      f"compiled/wall {r['compiled'] / r['wall']:.2f}", flush=True)
+                      f"compiled/wall {r['compiled'] / r['wall']:.2f}"
+                      + (f"  MPI loop compiled by {r['loop_saved']}, loaded by {r['loop_loaded']} of "
+                         f"{ranks} ranks" if ranks > 1 else ""), flush=True)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ is bounded by the stall timeout (ordersim/stall.py).
 import os
 import socket
 import sys
+import time
 import traceback
 from contextlib import nullcontext
 
@@ -16,6 +17,10 @@ import numpy as np
 
 from ordersim import aligned
 from ordersim.stall import EXIT_STALLED, Stalled, Watchdog, abort_job
+
+
+# How often the node's other ranks look whether its first rank has compiled the epoch loop.
+COMPILE_POLL_SECONDS = 0.005
 
 
 class SerialBackend:
@@ -95,21 +100,20 @@ class MPIBackend(SerialBackend):
         from mpi4py import MPI
 
         from ordersim import node_exchange
-        from ordersim.jit_mpi import comm_handle
+        from ordersim.jit_mpi import handles
 
         self.comm = comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.watchdog = Watchdog(comm, stall_timeout, stop)
         self.workers = workers
-        self.comm_handle = comm_handle(comm)  # for MPI calls from jitted code
+        self.mpi_handles = handles(comm)  # for MPI calls from jitted code
         per_rank = workers // self.size
         self.first, self.last = self.rank * per_rank, (self.rank + 1) * per_rank
         # The step's exchange goes through shared memory when every rank is on this node
         # (ordersim/node_exchange.py); collective, so every rank reaches the same answer.
         with self._waiting("finding the ranks of this node (MPI_Comm_split_type)"):
-            node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-        one_node = node.Get_size() == self.size
-        node.Free()
+            self._node = comm.Split_type(MPI.COMM_TYPE_SHARED)  # kept: it compiles the loop in turn
+        one_node = self._node.Get_size() == self.size
         shared = exchange == "auto" and one_node and self.size > 1 and node_exchange.AVAILABLE
         self.exchange = "shared-memory" if shared else "allgather"
         self._slots = None
@@ -134,31 +138,66 @@ class MPIBackend(SerialBackend):
         limits = self.watchdog.limits
         if self.exchange == "allgather":
             no_slots = np.zeros((0, 1))
-            return self.comm_handle, self.rank, np.zeros(0, np.int64), no_slots, self._calls, limits
+            return self.mpi_handles, self.rank, np.zeros(0, np.int64), no_slots, self._calls, limits
         if self._slots is None or self._slots.doubles < doubles:
             with self._waiting("allocating the shared-memory exchange's window (MPI_Win_allocate_shared)"):
                 if self._slots is not None:
                     self._slots.free()
                 self._slots = SharedSlots(self.comm, doubles)
         slots = self._slots
-        return self.comm_handle, self.rank, slots.flags, slots.slots, slots.calls, limits
+        return self.mpi_handles, self.rank, slots.flags, slots.slots, slots.calls, limits
 
     def run_steps(self, loop, *args):
         """loop(*args): the jitted epoch loop (engine.epoch_loop), whose link came from
         exchange_link. Its MPI_Allgather is watched by the watchdog, through the count of
         exchanges; its shared-memory spin watches itself, and Stalled is raised here when it
         gave up."""
+        self._compile_in_node_order(loop, args)
         allgather = self.exchange == "allgather"
         with self._waiting("the step exchange (MPI_Allgather)", self._calls) if allgather else nullcontext():
             done = loop(*args)
         self.watchdog.raise_if_gave_up("the step exchange (shared memory)")
         return done
 
+    def _compile_in_node_order(self, loop, args) -> None:
+        """Compile the jitted loop for these arguments, or load it from Numba's on-disk cache, on
+        the node's first rank while the node's other ranks wait, then on those, which find it in
+        the cache: on a cold cache the node compiles it once, not once per rank at the same time
+        on the same cores (and the ranks do not write the same cache files at once).
+
+        The others wait in an MPI_Ibarrier that they test every few ms, asleep in between (a
+        blocking MPI_Barrier spins on the cores the compiling rank needs). They are not bounded by
+        the stall timeout, as compilation is not; if the first rank raises, its abort
+        (abort_on_exception's MPI_Abort) ends them. Every rank calls run_steps with the same
+        loops and argument types, so they agree on when to wait. On several nodes sharing one
+        NUMBA_CACHE_DIR each node's first rank compiles, and Numba writes each cache file to a
+        temporary file renamed into place: identical entries written at once do not corrupt
+        the cache (docs/performance.md). Nothing to do without the JIT or for a loop Numba
+        does not cache."""
+        from numba import config
+
+        from ordersim.numba_cache import cached_on_disk
+
+        if config.DISABLE_JIT or not cached_on_disk(loop):
+            return
+        signature = tuple(loop.typeof_pyval(arg) for arg in args)
+        if signature in loop.overloads:
+            return
+        first = self._node.Get_rank() == 0
+        if first:
+            loop.compile(signature)
+        waiting = self._node.Ibarrier()
+        while not waiting.Test():
+            time.sleep(COMPILE_POLL_SECONDS)
+        if not first:
+            loop.compile(signature)
+
     def close(self):
         # not watched: after a stop the other ranks wait here while rank 0 writes the checkpoint
         if self._slots is not None:
             self._slots.free()
             self._slots = None
+        self._node.Free()
         self.watchdog.close()
 
     def gather_workers(self, local, out):

@@ -7,22 +7,23 @@ Numba signals every real compilation (not a load from its on-disk cache) with a 
 event; the first one inside the block prints "compiling ...", and the block's end prints the
 seconds the compilations took, split into kernels that Numba caches on disk (compiled once per
 machine and code state: `python -m ordersim warm` can do it ahead of a job) and the kernels
-Numba cannot cache, which every process compiles (the MPI backend's step loop: its exchange calls C
-functions through ctypes pointers). A compilation inside a cacheable one (an uncached helper it
-calls) counts as cacheable: its machine code is cached with the caller's. Nothing is printed when
-nothing compiled, e.g. under NUMBA_DISABLE_JIT=1.
+Numba cannot cache, which every process compiles (the step loops of a problem kernel that its
+name does not identify: numba_cache.kernel_digest). A compilation inside a cacheable one (an
+uncached helper it calls) counts as cacheable: its machine code is cached with the caller's.
+Nothing is printed when nothing compiled, e.g. under NUMBA_DISABLE_JIT=1.
 """
 
 import sys
 import time
 from contextlib import contextmanager
 
-from numba.core import caching, event
+from numba.core import event
+
+from ordersim.numba_cache import cached_on_disk
 
 
 def _cacheable(compile_event) -> bool:
-    dispatcher = (compile_event.data or {}).get("dispatcher")
-    return not isinstance(getattr(dispatcher, "_cache", None), caching.NullCache)
+    return cached_on_disk((compile_event.data or {}).get("dispatcher"))
 
 
 class CompileTimer(event.Listener):
@@ -62,7 +63,7 @@ class CompileTimer(event.Listener):
                          f"or after a code change; cached after)")
         if per_process:
             parts.append(f"{per_process:.1f} s for kernels Numba cannot cache, compiled in every "
-                         f"process (the MPI backend's step loop: its exchange calls C through ctypes)")
+                         f"process (the loops of a problem kernel its name does not identify)")
         return f"ordersim: compiled {self.what} in {cached + per_process:.1f} s: " + "; ".join(parts)
 
 

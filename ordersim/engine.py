@@ -524,9 +524,12 @@ def problem_loop(template, kernel, exchanging: bool = False, linear=None, **opti
     (numba#2956): as a global of the copy it can. The copy's qualified name carries
     numba_cache.kernel_digest(kernel) (the kernel's name, file and source state), so every
     problem's loop has its own cache entry, stamped by this file and ordersim's tree and
-    recompiled when the kernel's source changes. The MPI loop is not cached: the exchange calls C
-    functions through ctypes pointers (sched_yield, futex, MPI_Allgather), which Numba does not
-    cache, and every process compiles it."""
+    recompiled when the kernel's source changes. The MPI loop is cached too, under its own name
+    (with jit_mpi.ABI, the MPI handles' sizes): its exchange calls C functions by symbol
+    (sched_yield, the futex syscall, MPI_Allgather: node_exchange, jit_mpi), resolved when the
+    cached code is loaded, and takes every per-process value (the MPI handles, the shared
+    window's addresses) as an argument. MPIBackend.run_steps compiles it on one rank per node
+    first, the node's other ranks then load it."""
     key = (template, kernel, exchanging, linear)
     loop = _LOOPS.get(key)
     if loop is not None:
@@ -537,10 +540,14 @@ def problem_loop(template, kernel, exchanging: bool = False, linear=None, **opti
     if template.__globals__ is not globals():  # another module's template (metrics' herding pass)
         names = dict(template.__globals__, **{name: names[name] for name in
                                               ("batch_grads", "gradients_only", *_STEP_HELPERS)})
-    loop = _copy(template, names,
-                 f"{template.__name__}_{'mpi' if exchanging else 'serial'}_{digest or 'uncached'}")
+    backend = "serial"
+    if exchanging:
+        from ordersim.jit_mpi import ABI
+
+        backend = f"mpi_{ABI}"
+    loop = _copy(template, names, f"{template.__name__}_{backend}_{digest or 'uncached'}")
     if not config.DISABLE_JIT:
-        loop = njit(error_model="numpy", cache=digest is not None and not exchanging, **options)(loop)
+        loop = njit(error_model="numpy", cache=digest is not None, **options)(loop)
     _LOOPS[key] = loop
     return loop
 
@@ -583,7 +590,7 @@ the Observer's Projection (a loop of its own: both kernels are globals of it), o
     workers' sums are added in worker order, whichever rank computed them: the traces are bitwise
     the same on any number of ranks. Python-level calls per step cost more than the step itself
     at small b (dispatch of ~20 arguments, mpi4py's wrapper): hence one call per epoch, with the
-    problem's kernel a global of the loop's copy (problem_loop; the serial one is cached on disk).
+    problem's kernel a global of the loop's copy (problem_loop; both are cached on disk).
     Compiled without Numba's reference counting (_nrt=False; it allocates nothing): the views
     taken per worker and step would otherwise each cost two atomic operations, which wait for the
     step's outstanding memory loads (a third of rr's serial epoch at N = 200 000, d = 128);

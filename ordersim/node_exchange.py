@@ -155,23 +155,42 @@ else:
     load_acquire, store_release, spin_hint = _load_acquire, _store_release, _spin_hint
     fetch_add, full_fence = _fetch_add, _full_fence
 
+
+# The C functions are called by symbol name, resolved when the machine code is linked, not through
+# ctypes function pointers (an address of this process in the code): the MPI loop that calls them
+# is cached on disk (engine.problem_loop).
 if config.DISABLE_JIT and AVAILABLE:
     yield_core = os.sched_yield
-elif AVAILABLE:  # the C library's, which jitted code calls directly
-    yield_core = ctypes.CDLL(None).sched_yield
-    yield_core.restype, yield_core.argtypes = ctypes.c_int, []
+elif AVAILABLE:
+    @intrinsic
+    def yield_core(typingctx):
+        """The C library's sched_yield()."""
+        def codegen(context, builder, signature, args):
+            i32 = ir.IntType(32)
+            function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i32, []), "sched_yield")
+            return builder.call(function, [])
+        return types.int32(), codegen
 else:
     @njit
     def yield_core():
         """Never called (no shared-memory exchange here), but collect() must still compile."""
 
-if SLEEPS:  # long syscall(long number, ...): every argument a register-sized integer
-    _syscall = ctypes.CDLL(None).syscall
-    _syscall.restype, _syscall.argtypes = ctypes.c_long, [ctypes.c_long] * 7
+if SLEEPS:
+    @intrinsic
+    def futex(typingctx, address, operation, value, timeout_address):
+        """syscall(SYS_futex, address, operation, value, timeout_address, 0, 0): the C library's
+        variadic ``long syscall(long number, ...)``, every argument a long."""
+        if not all(isinstance(t, types.Integer) for t in (address, operation, value, timeout_address)):
+            return None
 
-    @njit(error_model="numpy", _nrt=False)
-    def futex(address, operation, value, timeout_address):
-        return _syscall(_SYS_FUTEX, address, operation, value, timeout_address, 0, 0)
+        def codegen(context, builder, signature, args):
+            long = ir.IntType(8 * ctypes.sizeof(ctypes.c_long))
+            function = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(long, [long], var_arg=True), "syscall")
+            longs = [context.cast(builder, value, of, types.long_) for value, of in zip(args, signature.args)]
+            zero = ir.Constant(long, 0)
+            return builder.call(function, [ir.Constant(long, _SYS_FUTEX), *longs, zero, zero])
+        return types.long_(address, operation, value, timeout_address), codegen
 else:
     @njit
     def futex(address, operation, value, timeout_address):
@@ -196,9 +215,10 @@ def publish(send, link):
     """The first half of an exchange: this rank's C-contiguous float64 ``send`` into its slot,
     announced to the other ranks. Nothing with MPI_Allgather, which sends at collect(). The
     rank may do other work before collect(), while the others catch up; ``send`` must not
-    change until then. link = (comm, rank, flags, slots, calls, limits) from
-    MPIBackend.exchange_link; calls[0] counts the exchanges (the stall watchdog's progress)."""
-    comm, rank, flags, slots, calls, limits = link
+    change until then. link = (mpi, rank, flags, slots, calls, limits) from
+    MPIBackend.exchange_link, mpi = jit_mpi.handles(the communicator); calls[0] counts the
+    exchanges (the stall watchdog's progress)."""
+    mpi, rank, flags, slots, calls, limits = link
     calls[COUNT] += 1
     if slots.shape[0] == 0:
         return
@@ -218,11 +238,11 @@ def publish(send, link):
 def collect(send, recv, link):
     """The second half: every rank's ``send`` in rank order into ``recv`` (ranks x send.size), as
     MPI_Allgather delivers it; waits for the ranks that have not published yet. With an empty
-    ``slots`` this is the MPI_Allgather on communicator ``comm``. Returns 0, MPI's error code, or
+    ``slots`` this is the MPI_Allgather on the link's communicator. Returns 0, MPI's error code, or
     STALLED when a wait went on too long (limits[WAITED_FOR], limits[WAITED]: for whom, how long)."""
-    comm, rank, flags, slots, calls, limits = link
+    mpi, rank, flags, slots, calls, limits = link
     if slots.shape[0] == 0:
-        return allgather(send, recv, comm)
+        return allgather(send, recv, mpi)
     call, ranks, size = calls[COUNT], slots.shape[0] // 2, send.size
     target, parity = recv.reshape(-1), (call & 1) * ranks
     spin_limit = calls[SPIN_LIMIT] if SLEEPS else -1

@@ -66,6 +66,11 @@ def kernel_digest(kernel) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def cached_on_disk(dispatcher) -> bool:
+    """Whether Numba caches this dispatcher's machine code on disk (``cache=True``, cacheable)."""
+    return not isinstance(getattr(dispatcher, "_cache", None), (caching.NullCache, type(None)))
+
+
 def _tree_of(py_file) -> Path | None:
     path = Path(os.path.realpath(py_file))
     return next((root for root in _TREES if root in path.parents), None)

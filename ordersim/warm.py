@@ -5,10 +5,9 @@ update and measurement kernels) for a small synthetic stand-in of the config's d
 label kind: Numba compiles for argument types, not sizes, so the stand-in's machine code is the
 run's, and the real data are never read. A sweep's cells are all warmed (each distinct problem and
 orderer once), the serial step loop and the herding pass once per problem (engine.problem_loop).
-Only cacheable kernels persist: the MPI backend's step loop, whose exchange calls C functions
-through ctypes pointers, is compiled by every rank of a run again in its warm-up. One process, no
-MPI: on a cluster, run it once per node into the node's cache (docs/cluster.md); it uses
-NUMBA_CACHE_DIR as a run would.
+One process, no MPI, so not the MPI backend's step loop: a run's warm-up compiles that on one
+rank per node and caches it (MPIBackend.run_steps). On a cluster, run it once per node into the
+node's cache (docs/cluster.md); it uses NUMBA_CACHE_DIR as a run would.
 """
 
 import argparse

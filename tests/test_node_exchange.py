@@ -71,7 +71,7 @@ NO_SCHED_YIELD = textwrap.dedent("""
     from ordersim import node_exchange
 
     assert not node_exchange.AVAILABLE
-    link = (0, 0, np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(1, np.int64), np.zeros(6))
+    link = ((0, 0), 0, np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(1, np.int64), np.zeros(6))
     node_exchange.collect.compile((typeof(np.zeros(3)), typeof(np.zeros(6)), typeof(link)))
     print("collect compiles")
 """)

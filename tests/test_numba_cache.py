@@ -1,13 +1,19 @@
 """ordersim.numba_cache: a change to a helper module recompiles the cached kernels that inline it;
-the cache directory must be private (only we may write it: Numba runs the code it finds there)."""
+the cache directory must be private (only we may write it: Numba runs the code it finds there).
+The MPI epoch loop is cached too, compiled by one rank of the node while the others wait."""
 
 import os
 import pwd
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
+import numba
 import pytest
+
+from conftest import run_mpi
 
 KERNEL = textwrap.dedent("""
     from numba import njit
@@ -116,3 +122,110 @@ def test_a_missing_numba_cache_dir_is_created_private(tmp_path):
     assert result.returncode == 0, result.stderr
     assert cache.is_dir() and cache.stat().st_mode & 0o777 == 0o700
     assert ordersim_with_cache_dir(cache, "--help").returncode == 0  # ours, private: accepted
+
+
+# A problem with a kernel of its own (logistic regression's, called from this file), so that its
+# step loops have cache entries of their own, cold in any cache, while everything else of a run
+# (logistic's other kernels, rr's, the measurements) is whatever the cache already holds.
+CACHE_PROBE = textwrap.dedent('''
+    from numba import njit
+
+    from ordersim.problems.logistic import Logistic, batch_grads as logistic_batch_grads
+
+
+    @njit(cache=True)
+    def batch_grads(x, A, y, idx, params, out):
+        return logistic_batch_grads(x, A, y, idx, params, out)
+
+
+    class CacheProbe(Logistic):
+        name = "cache-probe"
+        batch_grads = staticmethod(batch_grads)
+''')
+
+
+def mpi_loop_cache_events(ranks, problem, tmp_path, run, *args):
+    """Run the probe problem under mpiexec; Numba's own cache log (NUMBA_DEBUG_CACHE, one line
+    per file it saves or loads, from every rank) counts how many ranks compiled the MPI epoch
+    loop (each saves it) and how many loaded it."""
+    out = tmp_path / f"{run}.h5"
+    result = run_mpi(ranks, ["-m", "ordersim", "--problem", str(problem), "--backend", "mpi",
+                             "--data", "synthetic:classification?n=160&d=4", "--epochs", "1",
+                             "--workers", "4", "--orderers", "rr", "--seeds", "0", "--quiet", "--no-herding",
+                             "--cache-dir", str(tmp_path / "constants"), "--out", str(out), *args],
+                     timeout=300, env={"NUMBA_DEBUG_CACHE": "1"})
+    assert result.returncode == 0, result.stderr
+    assert "Cannot cache" not in result.stderr, result.stderr
+    lines = [line for line in result.stdout.splitlines() if "engine.epoch_steps_mpi_" in line]
+    return out, sum("data saved to" in line for line in lines), sum("data loaded from" in line for line in lines), lines
+
+
+def remove_probe_entries(cache_lines):
+    """Remove the probe's loops from ordersim's cache directory (in-tree or NUMBA_CACHE_DIR, which
+    the test leaves as it found it): the files named with its kernel digest, read off the MPI
+    loop's file name in Numba's log."""
+    for line in cache_lines[:1]:
+        path = Path(line.split("'")[1])
+        digest = re.search(r"_([0-9a-f]{16})-\d+\.", path.name).group(1)
+        for entry in path.parent.glob(f"*_{digest}-*"):
+            entry.unlink()
+
+
+NEEDS_JIT = pytest.mark.skipif(numba.config.DISABLE_JIT, reason="nothing compiles under NUMBA_DISABLE_JIT=1")
+
+
+@pytest.mark.mpi
+@NEEDS_JIT
+def test_the_mpi_loop_is_compiled_by_one_rank_then_loaded_from_the_cache(tmp_path):
+    """On a cold cache the node's first rank compiles the MPI epoch loop and the others (3 at
+    mpiexec -n 4) load it; a second job, in fresh processes (at -n 2, with MPI_Allgather as the
+    exchange), compiles nothing of it: every rank loads the cached machine code, which calls the
+    C functions by symbol on this process's MPI handles, and the trace is the first job's, bit
+    for bit (one compilation for both rank counts: a job's cold compilation is most of its time)."""
+    from test_simulator import assert_bitwise_equal, contents
+
+    problem = tmp_path / "cache_probe.py"
+    problem.write_text(CACHE_PROBE)
+    first, saved, loaded, lines = mpi_loop_cache_events(4, problem, tmp_path, "cold")
+    try:
+        assert (saved, loaded) == (1, 3), "one rank compiled the loop, the others loaded it"
+        second, saved, loaded, _ = mpi_loop_cache_events(2, problem, tmp_path, "warm", "--exchange", "allgather")
+        assert (saved, loaded) == (0, 2), "every rank loaded the loop, none compiled it"
+        assert_bitwise_equal(contents(first), contents(second))
+    finally:
+        remove_probe_entries(lines)
+
+
+# The node's first rank fails to compile its loop (a typing error on that rank only) while the
+# others wait for it to finish: the job must end, and the others never get to run the loop.
+FAILING_COMPILE = textwrap.dedent("""
+    from mpi4py import MPI
+    from numba import njit
+
+    from ordersim.backend import MPIBackend, abort_on_exception
+
+    world = MPI.COMM_WORLD
+    OFFSET = "not a number" if world.Get_rank() == 0 else 1.0
+
+
+    @njit(cache=True)
+    def loop(x):
+        return x + OFFSET
+
+
+    backend = MPIBackend(world.Get_size(), world)
+    abort_on_exception(world, backend.run_steps, loop, 1.0)
+    print("rank", world.Get_rank(), "ran the loop", flush=True)
+""")
+
+
+@pytest.mark.mpi
+@NEEDS_JIT
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_a_rank_that_fails_to_compile_ends_the_ranks_waiting_for_it(tmp_path, ranks):
+    script = tmp_path / "failing_compile.py"
+    script.write_text(FAILING_COMPILE)
+    result = run_mpi(ranks, [str(script)], timeout=120)  # not a hang
+    assert result.returncode != 0
+    assert "TypingError" in result.stderr, result.stderr
+    assert "ran the loop" not in result.stdout, "the other ranks waited for the first one"

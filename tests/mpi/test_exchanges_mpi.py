@@ -10,14 +10,14 @@ from numba import njit
 
 from ordersim import node_exchange
 from ordersim.backend import MPIBackend
-from ordersim.jit_mpi import allgather, comm_handle
+from ordersim.jit_mpi import allgather, handles
 from ordersim.node_exchange import exchange
 from reference.exchange_skew import exchange_many
 
 
 @njit
-def jitted_allgather(send, recv, comm):
-    return allgather(send, recv, comm)
+def jitted_allgather(send, recv, mpi):
+    return allgather(send, recv, mpi)
 
 
 def test_jitted_allgather_matches_mpi4py_on_the_world_and_a_split_communicator(comm):
@@ -29,7 +29,7 @@ def test_jitted_allgather_matches_mpi4py_on_the_world_and_a_split_communicator(c
             send = rng.standard_normal(shape)
             got = np.empty((c.size * shape[0],) + shape[1:])
             want = np.empty_like(got)
-            error = jitted_allgather(send, got, comm_handle(c))
+            error = jitted_allgather(send, got, handles(c))
             c.Allgather(send, want)
             assert error == 0 and np.array_equal(got, want), (c.rank, shape)
     split.Free()
