@@ -87,13 +87,15 @@ def array_bytes(obj) -> int:
 def run_buffer_bytes(config, setup, name: str) -> int:
     """The largest arrays a run of orderer `name` allocates on a rank besides the data: the
     orderer itself (made here as a Run makes it, without compiling), the step loops' gradient
-    buffers and the herding measurement's chunks (ordersim/simulate.py, ordersim/engine.py)."""
+    buffers, a linear model's projected rows and the herding measurement's chunks
+    (ordersim/simulate.py, ordersim/engine.py)."""
     from ordersim import engine
     from ordersim.simulate import CHUNK_DOUBLES, run_orderer
 
     backend, m, n, b, d = setup.backend, config.workers, setup.n, config.batch, setup.problem.dim
     local = backend.local_workers
-    orderer, coordinated = run_orderer(config, backend, name, n, d, 0)
+    orderer, coordinated = run_orderer(config, backend, name, n, d, 0, setup.problem.linear)
+    projected_rows = setup.A.shape[0] * orderer.dim if orderer.projected_input else 0  # A Pi^T
     if backend.size == 1:
         store = (engine.PAIR_DIFFERENCES if orderer.pair_difference_kernel is not None
                  else engine.GRADIENTS if orderer.needs_gradients else engine.NO_GRADIENTS)
@@ -102,7 +104,7 @@ def run_buffer_bytes(config, setup, name: str) -> int:
         steps = local * b * d + (m * b * d if coordinated else 0)
     herding = 2 * CHUNK_DOUBLES if config.herding else 0  # this rank's chunk and the gathered one
     orders = m * n * 8 * (2 if config.record_orders else 0)
-    return array_bytes(orderer) + 8 * (steps + herding + 4 * d) + orders
+    return array_bytes(orderer) + 8 * (steps + herding + 4 * d + projected_rows) + orders
 
 
 def memory_report(config, setup) -> tuple[list[str], int]:

@@ -40,3 +40,10 @@ def row_dot(A, i, x):
     for j in range(x.shape[0]):
         z += A[i, j] * x[j]
     return z
+
+
+@njit(cache=True, error_model="numpy")
+def l2_regularizer_gradient(x, params, out):
+    """grad (lam/2)||x||^2 = lam x, lam = params[0]: the linear models' regularizer_gradient."""
+    for j in range(x.shape[0]):
+        out[j] = params[0] * x[j]

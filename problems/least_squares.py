@@ -4,7 +4,7 @@ import numpy as np
 from numba import njit
 from scipy import linalg
 
-from ordersim.problems._kernels import FAST, row_dot, half_sq_norm
+from ordersim.problems._kernels import FAST, half_sq_norm, l2_regularizer_gradient, row_dot
 from ordersim.problems.base import Problem
 
 
@@ -35,12 +35,6 @@ def batch_grads(x, A, y, idx, params, out):
 @njit(cache=True, fastmath=FAST, error_model="numpy")
 def batch_grads_slopes(x, A, y, idx, params, out, slopes):
     return gradients_and_slopes(x, A, y, idx, params, out, slopes)
-
-
-@njit(cache=True, fastmath=FAST, error_model="numpy")
-def regularizer_gradient(x, params, out):
-    for j in range(x.shape[0]):
-        out[j] = params[0] * x[j]
 
 
 @njit(cache=True, fastmath=FAST, error_model="numpy")
@@ -88,7 +82,7 @@ class LeastSquares(Problem):
 
     batch_grads = staticmethod(batch_grads)
     batch_grads_slopes = staticmethod(batch_grads_slopes)
-    regularizer_gradient = staticmethod(regularizer_gradient)
+    regularizer_gradient = staticmethod(l2_regularizer_gradient)
     full_grad = staticmethod(full_grad)
     full_loss = staticmethod(full_loss)
     accuracy = staticmethod(accuracy)

@@ -14,7 +14,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ordersim.problems._kernels import FAST, row_dot, half_sq_norm
+from ordersim.problems._kernels import FAST, half_sq_norm, l2_regularizer_gradient, row_dot
 from ordersim.problems.base import Problem, option_choice, option_float
 
 LOSSES = ("cauchy", "geman-mcclure", "welsch")
@@ -71,12 +71,6 @@ def batch_grads_slopes(x, A, y, idx, params, out, slopes):
 
 
 @njit(cache=True, fastmath=FAST, error_model="numpy")
-def regularizer_gradient(x, params, out):
-    for j in range(x.shape[0]):
-        out[j] = params[0] * x[j]
-
-
-@njit(cache=True, fastmath=FAST, error_model="numpy")
 def full_grad(x, A, y, idx, params, out):
     lam, c, kind = params[0], params[1], params[2]
     d = x.shape[0]
@@ -123,7 +117,7 @@ class RobustRegression(Problem):
 
     batch_grads = staticmethod(batch_grads)
     batch_grads_slopes = staticmethod(batch_grads_slopes)
-    regularizer_gradient = staticmethod(regularizer_gradient)
+    regularizer_gradient = staticmethod(l2_regularizer_gradient)
     full_grad = staticmethod(full_grad)
     full_loss = staticmethod(full_loss)
     accuracy = staticmethod(accuracy)
