@@ -150,3 +150,37 @@ def test_a_projected_step_forms_slopes_times_rows_plus_the_projected_regularizer
     vectors = np.empty((3, 4))
     engine.projected_gradients(vectors, rows, idx, slopes, regularizer, 3)
     assert np.array_equal(vectors, slopes[:, None] * rows[idx] + regularizer)
+
+
+@pytest.mark.parametrize("projection", ["sparse", "gaussian"])
+def test_the_projected_route_takes_the_orders_of_pi_applied_to_each_gradient(projection):
+    """With a regularizer that moves the gradients (logistic, lam = 1), the orders of the route
+    (s_i P_i + Pi grad R(x), formed in the loop) are those of Pi applied to each full gradient by
+    the orderer: the same vectors up to rounding, which flips no sign here. The regularizer's
+    part, Pi grad R at every step's model, is what a pair difference or a stale mean does not
+    cancel."""
+    from ordersim.backend import SerialBackend
+    from ordersim.config import build_config
+    from ordersim.simulate import Run, check_fields, learning_rate, prepare
+
+    config = check_fields(build_config({
+        "problem_options": {"lam": 1.0}, "data": "synthetic:classification?n=96&d=9", "test_fraction": 0.0,
+        "workers": 2, "batch": 2, "orderers": ["d-grab", "cd-grab"],
+        "orderer_options": {"projection": projection, "projection_dim": 3}}), 1)
+    setup = prepare(config, SerialBackend(2))
+    lr = learning_rate(config, 0, setup)
+    orders = {}
+    for route in ("rows", "gradients"):
+        if route == "gradients":  # the same problem, its gradients projected one by one by the orderer
+            setup.problem.batch_grads_slopes = None
+        for name in config.orderers:
+            run = Run(setup, name, 0)
+            assert run.orderer.projected_input is (route == "rows")
+            epochs = []
+            for epoch in range(1, 5):
+                assert run.train_epoch(epoch, lr)
+                epochs.append(run.orderer.order.copy())
+            orders[route, name] = epochs
+    for name in config.orderers:
+        for epoch, (rows, gradients) in enumerate(zip(orders["rows", name], orders["gradients", name])):
+            assert np.array_equal(rows, gradients), f"{name}, epoch {epoch + 1}"
