@@ -168,8 +168,9 @@ class MPIBackend(SerialBackend):
         The others wait in an MPI_Ibarrier that they test every few ms, asleep in between (a
         blocking MPI_Barrier spins on the cores the compiling rank needs). They are not bounded by
         the stall timeout, as compilation is not; if the first rank raises, its abort
-        (abort_on_exception's MPI_Abort) ends them. Every rank calls run_steps with the same
-        loops and argument types, so they agree on when to wait. On several nodes sharing one
+        (abort_on_exception's MPI_Abort) ends them. Whether to wait is agreed on first (a rank
+        that has the loop already compiled for these types waits with the others rather than
+        leave them in the barrier). On several nodes sharing one
         NUMBA_CACHE_DIR each node's first rank compiles, and Numba writes each cache file to a
         temporary file renamed into place: identical entries written at once do not corrupt
         the cache (docs/performance.md). Nothing to do without the JIT or for a loop Numba
@@ -180,8 +181,12 @@ class MPIBackend(SerialBackend):
 
         if config.DISABLE_JIT or not cached_on_disk(loop):
             return
+        from mpi4py import MPI
+
         signature = tuple(loop.typeof_pyval(arg) for arg in args)
-        if signature in loop.overloads:
+        with self._waiting("agreeing on compiling the epoch loop (MPI_Allreduce)"):
+            needed = self._node.allreduce(signature not in loop.overloads, op=MPI.LOR)
+        if not needed:
             return
         first = self._node.Get_rank() == 0
         if first:

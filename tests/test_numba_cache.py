@@ -229,3 +229,39 @@ def test_a_rank_that_fails_to_compile_ends_the_ranks_waiting_for_it(tmp_path, ra
     assert result.returncode != 0
     assert "TypingError" in result.stderr, result.stderr
     assert "ran the loop" not in result.stdout, "the other ranks waited for the first one"
+
+
+# One rank has the loop compiled for these types already, the others not: all must still agree on
+# whether to wait for the node's first rank (one that skipped the wait left the others in it).
+PARTLY_COMPILED = textwrap.dedent("""
+    from mpi4py import MPI
+    from numba import njit
+
+    from ordersim.backend import MPIBackend, abort_on_exception
+
+    world = MPI.COMM_WORLD
+
+
+    @njit(cache=True)
+    def loop(x):
+        return x + 1.0
+
+
+    if world.Get_rank() == world.Get_size() - 1:
+        loop.compile((loop.typeof_pyval(1.0),))
+    backend = MPIBackend(world.Get_size(), world)
+    abort_on_exception(world, backend.run_steps, loop, 1.0)
+    world.Barrier()
+    print("rank", world.Get_rank(), "ran the loop", flush=True)
+""")
+
+
+@pytest.mark.mpi
+@NEEDS_JIT
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_ranks_that_have_the_loop_compiled_wait_with_the_others(tmp_path, ranks):
+    script = tmp_path / "partly_compiled.py"
+    script.write_text(PARTLY_COMPILED)
+    result = run_mpi(ranks, [str(script)], timeout=120)  # not a hang
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("ran the loop") == ranks, result.stdout
