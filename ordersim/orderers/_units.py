@@ -7,8 +7,9 @@ Such an orderer balances units (a group of r consecutive visit positions, as the
 gradients, or a single example), each as its image under Pi (k x d, ``_projection.py``) when a
 projection is set. With ``projected_input`` it is handed Pi g (k values per example) instead of
 g, and balances what it is handed: the simulator forms Pi g from the data rows projected once
-per run for a linear model (``input_projection``; docs/algorithms.md). Its state layout starts with ``UNITS``' fields (``StateLayout(**UNITS.fields,
-...)``), so that ``UNITS``' accessors read them in its state.
+per run for a linear model (``input_projection``; docs/algorithms.md). Its state layout starts
+with ``UNITS``' fields (``StateLayout(**UNITS.fields, ...)``), so that ``UNITS``' accessors read
+them in its state.
 """
 
 import numpy as np
@@ -120,12 +121,12 @@ class UnitOrderer(GradientOrderer):
         """Pi as _projection.project takes it, (kind, dense, columns, bounds, sigma), drawn as the
         kernels draw it: what an engine that hands this orderer Pi g projects with."""
         k, d = self.projection_dim, self.gradient_dim
-        none = (np.zeros((0, 0)), np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64), 0.0)
+        dense, columns, bounds, sigma = np.zeros((0, 0)), np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64), 0.0
         if self.projection == "gaussian":
-            return (_projection.GAUSSIAN, _projection.gaussian_projection(self.seed, k, d)) + none[1:]
-        if self.projection == "sparse":
-            return (_projection.SPARSE, none[0]) + _projection.sparse_projection(self.seed, k, d)
-        return (_projection.NONE,) + none
+            dense = _projection.gaussian_projection(self.seed, k, d)
+        elif self.projection == "sparse":
+            columns, bounds, sigma = _projection.sparse_projection(self.seed, k, d)
+        return _projection.KINDS[self.projection], dense, columns, bounds, sigma
 
     def _bind_kernels(self):
         """The unit kernels as this orderer's, when it balances units. A grouped pair walk has no
