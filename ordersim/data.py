@@ -69,6 +69,9 @@ ROW_BLOCK = 4096
 # Synthetic data is generated in blocks of this many rows, each from its own stream: part of the
 # data set's definition (changing it changes the data), unlike ROW_BLOCK.
 SYNTHETIC_BLOCK = 4096
+# Kept rows routed to their ranks (DataPlan._routed) go in rounds of at most this many bytes sent
+# per rank: the transient send buffer.
+ROUTE_BYTES = 1 << 25
 
 
 @dataclass
@@ -570,12 +573,13 @@ DATA_SOURCES = Registry("data source", "ordersim.data_sources", _builtin_sources
 
 
 class _KeptRows:
-    """The raw features of the training and test rows the pass over the rows reads, in the first
-    columns of arrays shaped like the transformed rows, filled a block at a time in row order."""
+    """The raw features of the training and test rows the pass over the rows reads (on several
+    ranks, those of the rank's blocks), in the first columns of arrays shaped like the
+    transformed rows, filled a block at a time in row order."""
 
     def __init__(self, n_train: int, n_test: int, columns: int):
         self.train = aligned.empty((n_train, columns))
-        self.test = aligned.empty((n_test, columns)) if n_test else None
+        self.test = aligned.empty((n_test, columns))
         self.filled = [0, 0]
 
     def add(self, train_rows: np.ndarray, test_rows: np.ndarray) -> None:
@@ -584,6 +588,17 @@ class _KeptRows:
                 lo = self.filled[which]
                 kept[lo:lo + rows.shape[0], :rows.shape[1]] = rows
                 self.filled[which] = lo + rows.shape[0]
+
+
+def _blocks_of(raw: np.ndarray | None, n: int, block_rows: int) -> np.ndarray:
+    """The block of each example of a set (training or test) whose raw rows are `raw` (None:
+    the examples are rows 0..n-1)."""
+    return (np.arange(n, dtype=np.int64) if raw is None else raw) // block_rows
+
+
+def _rows_per_block(raw: np.ndarray | None, n: int, block_rows: int, blocks: int) -> np.ndarray:
+    """How many examples of the set (as `_blocks_of`) each block holds."""
+    return np.bincount(_blocks_of(raw, n, block_rows), minlength=blocks)
 
 
 def _survey(source, b: int, train: np.ndarray | None, kept: _KeptRows | None) -> dict:
@@ -711,11 +726,13 @@ class DataPlan:
     mean: np.ndarray
     scale: np.ndarray
     intercept: bool
-    # With open_dataset(keep_rows=True) in one process: the raw features of the training and test
-    # rows, in their first columns, as the pass over the rows read them; the first train_rows /
-    # test_rows call standardizes them and hands them out.
+    # With open_dataset(keep_rows=True): the raw features of the training and test rows (on
+    # several ranks, of the rank's blocks), in their first columns, as the pass over the rows read
+    # them; the first train_rows / test_rows call standardizes them and hands them out (on several
+    # ranks, collectively: `kept_share` routes each row to the ranks that ask for it).
     kept_train: np.ndarray | None = None
     kept_test: np.ndarray | None = None
+    kept_share: object = None
 
     @property
     def n_train(self) -> int:
@@ -734,19 +751,106 @@ class DataPlan:
         return source_class(self.info["kind"], self.name).streamed
 
     def train_rows(self, idx) -> np.ndarray:
-        """Transformed features of training examples idx (any order), (len(idx), features)."""
+        """Transformed features of training examples idx (any order), (len(idx), features). The
+        first call of a plan whose rows are kept on several ranks is collective: every rank
+        calls it, each with its own idx."""
         idx = np.asarray(idx, dtype=np.int64)
         kept, self.kept_train = self.kept_train, None
+        if kept is not None and self.kept_share is not None:
+            return self._routed(kept, idx, self.train_raw, self.n_train, "train_rows", "training")
         if kept is not None:
             return self._from_kept(kept, idx)
         return self._rows(idx if self.train_raw is None else self.train_raw[idx])
 
     def test_rows(self, lo: int, hi: int) -> np.ndarray:
-        """Transformed features of test examples lo..hi-1."""
+        """Transformed features of test examples lo..hi-1 (collective as train_rows)."""
         kept, self.kept_test = self.kept_test, None
+        if kept is not None and self.kept_share is not None:
+            return self._routed(kept, np.arange(lo, hi, dtype=np.int64), self.test_raw, self.n_test,
+                                "test_rows", "test")
         if kept is not None:
             return self._from_kept(kept, np.arange(lo, hi, dtype=np.int64))
         return self._rows(self.test_raw[lo:hi])
+
+    def _routed(self, kept: np.ndarray, idx: np.ndarray, raw: np.ndarray | None, n_set: int,
+                call: str, which: str) -> np.ndarray:
+        """Examples idx of a set (training or test, raw rows `raw`) from the rows kept on every
+        rank (rank s holds the set's rows of blocks s, s + P, ..., in order), collectively: every
+        rank asks for its idx, each row is sent by the rank that holds it (MPI_Alltoallv, in
+        rounds of at most ROUTE_BYTES sent per rank) straight into its place among the rows that
+        rank receives, grouped by sender; then they are moved into the order asked for and
+        standardized in place. The rows are moved, never recomputed: the bits of the rows read
+        in one process. Peak memory: the kept rows, the rows asked for and one round's send
+        buffer."""
+        from mpi4py import MPI
+
+        share, me = self.kept_share, self.kept_share.rank
+        P, B = share.size, self.source.block_rows
+        failure, out = None, None
+        bad = idx[(idx < 0) | (idx >= n_set)] if idx.ndim == 1 else idx.reshape(-1)
+        if bad.size:
+            failure = (f"{call}: rank {me} asks for {bad[:3].tolist()} (shape {idx.shape}) of the {n_set} "
+                       f"{which} examples; allowed: a 1-d array of integers in 0..{n_set - 1}")
+        else:
+            try:
+                out = aligned.empty((idx.size, kept.shape[1]))
+            except MemoryError:
+                failure = (f"{call}: rank {me} cannot allocate its {idx.size} rows x {kept.shape[1]} "
+                           f"features ({idx.size * kept.shape[1] * 8 / 2**30:.3g} GiB); use more ranks")
+        # every rank's request, and any rank's failure on every rank (none then waits for it)
+        gathered = share.allgather((failure, None if failure else idx))
+        failures = [f for f, _ in gathered if f]
+        if failures:
+            raise ValueError(failures[0])
+        wanted = [w for _, w in gathered]
+        blocks = -(-self.source.rows // B)
+        set_blocks = _blocks_of(raw, n_set, B)
+        per_block = np.bincount(set_blocks, minlength=blocks)
+        set_start = np.cumsum(per_block) - per_block  # the set's first example in each block
+        owned = np.zeros(-(-blocks // P) * P, dtype=np.int64)
+        owned[:blocks] = per_block
+        owned = owned.reshape(-1, P)  # row j: blocks jP..jP+P-1, block b held by rank b mod P
+        kept_start = (np.cumsum(owned, axis=0) - owned).reshape(-1)[:blocks]  # in its holder's kept rows
+
+        def held(examples):  # (holding rank, position in its kept rows) of each example
+            b = set_blocks[examples]
+            return b % P, kept_start[b] + examples - set_start[b]
+
+        holders = [held(w)[0] for w in wanted]
+        counts = np.array([np.bincount(h, minlength=P) for h in holders]).T  # [s, r]: from s to r
+        sent = counts * (1 - np.eye(P, dtype=np.int64))  # a rank's own rows are copied, not sent
+        send_start = np.cumsum(sent, axis=1) - sent  # where s's rows for r start in what s sends
+        receive_start = np.cumsum(counts[:, me]) - counts[:, me]  # where rows from s land here
+        arrival = np.argsort(holders[me], kind="stable")  # position in idx of each row as it lands
+        mine = held(wanted[me][arrival[receive_start[me]:receive_start[me] + counts[me, me]]])[1]
+        out[receive_start[me]:receive_start[me] + counts[me, me]] = kept[mine]
+        stream = np.concatenate([held(w[holders[r] == me])[1] for r, w in enumerate(wanted) if r != me]
+                                + [np.zeros(0, dtype=np.int64)])
+        chunk = max(1, ROUTE_BYTES // (8 * kept.shape[1]))
+        rounds = -(-int(sent.sum(axis=1).max()) // chunk)
+        row = MPI.DOUBLE.Create_contiguous(kept.shape[1]).Commit()
+        try:
+            with share.watchdog.waiting("routing the kept data rows to their ranks (MPI_Alltoallv)"):
+                for t in range(rounds):
+                    lo, hi = t * chunk, (t + 1) * chunk
+                    send = kept[stream[lo:hi]]
+                    ends = send_start[me] + sent[me]
+                    send_counts = np.clip(np.minimum(ends, hi) - np.maximum(send_start[me], lo), 0, None)
+                    send_at = np.where(send_counts > 0, np.maximum(send_start[me], lo) - lo, 0)
+                    start, count = send_start[:, me], sent[:, me]
+                    receive_counts = np.clip(np.minimum(start + count, hi) - np.maximum(start, lo), 0, None)
+                    receive_at = receive_start + np.clip(lo - start, 0, count)  # after what came before
+                    share.comm.Alltoallv([send, (send_counts.tolist(), send_at.tolist()), row],
+                                         [out, (receive_counts.tolist(), receive_at.tolist()), row])
+        finally:
+            row.Free()
+        landed = np.empty(idx.size, dtype=np.int64)
+        landed[arrival] = np.arange(idx.size)  # where the row of idx[i] landed
+        if not np.array_equal(landed, np.arange(idx.size)):
+            gather_rows_in_place(out, landed)
+        p = self.mean.shape[0]
+        _transform_into(out, out[:, :p], self.mean, self.scale, self.intercept)
+        return out
 
     def _from_kept(self, kept: np.ndarray, idx: np.ndarray) -> np.ndarray:
         """Rows idx of `kept`, transformed: in place (rows moved into visit order, then
@@ -818,9 +922,11 @@ def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
     with `rank`, `size` and `allgather(obj)`, e.g. an MPI backend; streamed sources only) the ranks
     split that pass by blocks and every rank ends with the same plan. `hdf5_locking=False` opens an
     HDF5 data set without HDF5's file locks (NFS and Lustre often lack them). `keep_rows=True`, for
-    a process that will ask for (nearly) every row: one process alone keeps the rows that pass
-    reads, and the plan's first `train_rows` and first `test_rows` hand them out (standardized in
-    place when asked for in order), so no synthetic row is generated, and no file row read, twice."""
+    processes that will ask for (nearly) every row between them: each keeps the rows its part of
+    that pass reads, and the plan's first `train_rows` and first `test_rows` hand them out
+    (standardized in place when asked for in order; on several ranks, a collective call that
+    routes each row to the rank asking for it, through `share.comm` and under `share.watchdog`),
+    so no synthetic row is generated, and no file row read, twice."""
     if label_kind is not None and label_kind not in LABEL_KINDS:
         raise ValueError(f"label_kind must be one of {', '.join(LABEL_KINDS)} or None, got {label_kind!r}")
     if not (isinstance(test_fraction, (int, float)) and 0.0 <= test_fraction < 1.0):
@@ -838,24 +944,25 @@ def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
         opened = source_cls().open(spec, name, options, seed, hdf5_locking)
         source, where, task, extra, lines = opened.rows, opened.where, opened.task, opened.extra, opened.line_of
         N, raw_features = source.rows, source.features
-        per_rank = -(-N // share.size)
-        check_fits_in_memory(where, f"{per_rank} rows x {raw_features + bool(intercept)} features "
-                             f"per rank (of {N}, on {share.size} rank(s)) as float64",
-                             per_rank * (raw_features + 1) * 8, "use fewer rows or features, or more ranks")
+        per_rank, columns = -(-N // share.size), raw_features + bool(intercept)
+        routed = keep_rows and share.size > 1  # a rank holds its kept rows and its own rows at once
+        check_fits_in_memory(where, f"{per_rank} rows x {columns} features per rank (of {N}, on "
+                             f"{share.size} rank(s)) as float64{', twice' if routed else ''}",
+                             (1 + routed) * per_rank * columns * 8, "use fewer rows or features, or more ranks")
         n_test = int(round(test_fraction * N))
         if test_fraction > 0 and not 1 <= n_test <= N - 2:
             raise ValueError(f"test_fraction={test_fraction} leaves {N - n_test} training and {n_test} test "
                              f"examples of {N}; both must be non-empty")
-        train_raw = test_raw = train = None
+        train_raw = test_raw = train = kept = None
         if n_test:
             perm = stream(seed, "data", 0, _SPLIT).permutation(N)
             test_raw, train_raw = np.sort(perm[:n_test]), np.sort(perm[n_test:])
             train = np.ones(N, dtype=bool)
             train[test_raw] = False
         blocks = -(-N // source.block_rows)
-        # one process reads every block, in order
-        keep = keep_rows and share.size == 1
-        kept = _KeptRows(N - n_test, n_test, raw_features + bool(intercept)) if keep else None
+        if keep_rows:  # the rows of this rank's blocks, surveyed in order
+            kept = _KeptRows(*(int(_rows_per_block(raw, n, source.block_rows, blocks)[share.rank::share.size].sum())
+                               for raw, n in ((train_raw, N - n_test), (test_raw, n_test))), columns)
         mine = [_survey(source, b, train, kept) for b in range(share.rank, blocks, share.size)]
     except ValueError as exc:
         failure = str(exc)
@@ -909,7 +1016,9 @@ def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
     y_train, y_test = (c64(y[train_raw]), c64(y[test_raw])) if n_test else (c64(y), None)
     return DataPlan(name=spec, y=y_train, y_test=y_test, classes=int(classes), info=info, source=source,
                     train_raw=train_raw, test_raw=test_raw, mean=mean, scale=scale, intercept=bool(intercept),
-                    kept_train=None if kept is None else kept.train, kept_test=None if kept is None else kept.test)
+                    kept_train=None if kept is None else kept.train,
+                    kept_test=None if kept is None or not n_test else kept.test,
+                    kept_share=share if kept is not None and share.size > 1 else None)
 
 
 def load_dataset(spec: str, *, standardize: bool = True, intercept: bool = True, test_fraction: float = 0.0,
