@@ -258,6 +258,28 @@ def test_every_source_gives_the_serial_trace_on_2_and_4_ranks(tmp_path, source):
         assert_bitwise_equal(expected, contents(out))
 
 
+ROUTED = ["--data", "synthetic:classification?n=9003&d=5", "--test-fraction", "0.1", "--partition", "shuffled",
+          "--epochs", "2", "--workers", "4", "--batch", "3", "--seeds", "0", "--quiet", "--record-orders",
+          "--orderers", "rr", "cd-grab"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_synthetic_rows_routed_between_ranks_give_the_serial_trace(tmp_path, ranks, serial_reference):
+    """Synthetic rows kept by the rank that generated them and routed to the ranks whose workers
+    hold them (ordersim.data.DataPlan._routed; 3 blocks, so at 4 ranks one rank generates none,
+    a test split, a shuffled partition that takes every rank's rows from every block, and 3
+    training examples dropped): the serial trace, bit for bit."""
+    out = tmp_path / f"mpi{ranks}.h5"
+    result = run_mpi(ranks, ["-m", "ordersim", *ROUTED, "--out", str(out), "--cache-dir", str(tmp_path / "c")])
+    assert result.returncode == 0, result.stderr
+    with h5py.File(out, "r") as f:
+        assert f.attrs["ranks"] == ranks and f.attrs["dropped_examples"] == 3
+    expected = contents(serial_reference(ROUTED))
+    assert np.isfinite(expected[("rr", "seed_0", "test_loss")]).all()
+    assert_bitwise_equal(expected, contents(out))
+
+
 @pytest.mark.parametrize("args, field", [
     (["--orderers", "rr", "nope"], "orderers"),
     (["--lr", "-1"], "lr"),
