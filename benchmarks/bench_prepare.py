@@ -2,6 +2,7 @@
 
     python benchmarks/bench_prepare.py            # N = 1 000 000, d = 128 (1 GB of rows; a minute or two)
     python benchmarks/bench_prepare.py --quick    # N = 100 000, seconds
+    python benchmarks/bench_prepare.py --ranks 2  # the data plan and rows phases on 2 MPI ranks, before/after
 
 Logistic regression on `synthetic:classification?n=N&d=127` plus the intercept (d = 128), no test
 split, m = 8 workers, serial backend, the constants' cache off. The phases of `simulate.prepare`,
@@ -16,6 +17,14 @@ solver's gradient passes and Hessian-vector products the same way, and how many 
 were generated against how many there are.
 Target (issue #23): data and constants within 5 rr epochs; every pass over the rows at >= 50 % of
 the read's bandwidth; synthetic rows generated once.
+With --ranks R the script re-launches itself as `mpiexec -n R` (mpiexec next to this Python) and
+times only the two data phases, with the MPI backend and m = 8 workers, twice: "before", the rows
+generated again by each rank for its workers' shards (`open_dataset(keep_rows=False)`, the path
+every rank took before the kept rows were routed), and "after", what `prepare` does (each rank
+keeps the rows of the blocks it surveys, and `train_rows` routes them to the ranks whose workers
+hold them); the phases' wall times (between barriers), their ratios, the synthetic blocks
+generated over all ranks, whether both give the same bits, and each rank's peak resident memory
+after the "after" run (it runs first) in units of its rows.
 This is a script: it prints and never asserts (pytest does not collect it).
 """
 
@@ -25,6 +34,8 @@ for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MK
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import resource  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -58,8 +69,21 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="N = 100 000")
     parser.add_argument("--examples", type=int, default=None, metavar="N", help="N (default 1 000 000)")
+    parser.add_argument("--ranks", type=int, default=0, metavar="R",
+                        help="time the data phases under mpiexec -n R (R >= 2), before and after routing")
+    parser.add_argument("--mpi-part", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     N = args.examples or (100_000 if args.quick else 1_000_000)
+    if args.mpi_part:
+        mpi_part(N)
+        return
+    if args.ranks:
+        if args.ranks < 2:
+            parser.error(f"--ranks must be at least 2, got {args.ranks}")
+        mpiexec = Path(sys.executable).parent / "mpiexec"
+        subprocess.run([str(mpiexec if mpiexec.exists() else "mpiexec"), "-n", str(args.ranks), sys.executable,
+                        str(Path(__file__).resolve()), "--mpi-part", "--examples", str(N)], check=False, cwd=ROOT)
+        return
 
     from ordersim import constants, data
     from ordersim.backend import SerialBackend
@@ -133,6 +157,61 @@ def main(argv=None):
           f"one read of the rows each; {setup_hessian.seconds:.2f} s more for what depends on x alone)")
     blocks = -(-N // data.SYNTHETIC_BLOCK)
     print(f"  synthetic blocks generated: {block.calls} of {blocks} (target: each once)")
+
+
+def mpi_part(N: int) -> None:
+    """The data plan and rows phases on every rank of MPI_COMM_WORLD, before and after routing."""
+    from mpi4py import MPI
+
+    from ordersim import data, simulate
+    from ordersim.backend import MPIBackend
+
+    comm = MPI.COMM_WORLD
+    backend = MPIBackend(M, comm)
+    block = Timed(data.SyntheticRows.block)
+    data.SyntheticRows.block = lambda rows, b: block(rows, b)
+    keeping = simulate.open_dataset
+
+    def phases(examples: int, keep: bool):
+        """(data plan seconds, rows seconds, blocks generated over the ranks, this rank's rows)."""
+        simulate.open_dataset = keeping if keep else lambda *a, **k: keeping(*a, **dict(k, keep_rows=False))
+        config = make_config(examples, "mpi", comm.size)
+        calls = block.calls
+        comm.Barrier()
+        start = time.perf_counter()
+        _, plan, shards, _ = simulate._plan(config, backend)
+        comm.Barrier()
+        planned = time.perf_counter()
+        A = plan.train_rows(shards[backend.first:backend.last].reshape(-1))
+        comm.Barrier()
+        end = time.perf_counter()
+        return planned - start, end - planned, comm.allreduce(block.calls - calls), A
+
+    for keep in (True, False):  # what compiles or is imported on a first call, on a small set
+        phases(20_000, keep)
+    after = phases(N, True)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # bytes (Linux: ru_maxrss in KiB)
+    before = phases(N, False)
+    same = comm.allreduce(int(before[3].tobytes() == after[3].tobytes()), op=MPI.MIN)
+    peaks = comm.gather(peak / after[3].nbytes)
+    backend.close()
+    if comm.rank:
+        return
+    rows = after[3]
+    print(f"prepare under mpiexec -n {comm.size}: logistic, N = {N}, d = {rows.shape[1]}, m = {M}, shuffled "
+          f"partition (rows of a rank: {rows.nbytes / 1e9:.2f} GB)")
+    print(f"  {'phase':<58} {'before s':>9} {'after s':>9}  after/before")
+    names = ("data plan (generate and check rows, labels, statistics)",
+             "rows (before: generated again; after: routed to their ranks)")
+    for name, b, a in zip(names, before[:2], after[:2]):
+        print(f"  {name:<58} {b:>9.2f} {a:>9.2f}  {a / b:>8.2f}")
+    b, a = sum(before[:2]), sum(after[:2])
+    print(f"  {'data plan + rows':<58} {b:>9.2f} {a:>9.2f}  {a / b:>8.2f}")
+    blocks = -(-N // data.SYNTHETIC_BLOCK)
+    print(f"  synthetic blocks generated over the ranks: before {before[2]}, after {after[2]} of {blocks} "
+          f"(target: each once); the same bits: {'yes' if same else 'NO'}")
+    print(f"  peak resident memory of a rank after the routed phases: "
+          f"{', '.join(f'{p:.2f}' for p in peaks)} x its rows")
 
 
 def _timed_epoch(run, epoch, lr) -> float:
