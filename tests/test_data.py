@@ -1,12 +1,15 @@
 """Data sets by spec, their checks and errors, and the worker partitions."""
 
+import subprocess
+import sys
+
 import h5py
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ordersim.data import load_dataset, partition
+from ordersim.data import SKLEARN_SETS, _sklearn_file, load_dataset, partition
 
 
 def one_line(info):
@@ -206,6 +209,25 @@ def test_sklearn_sets(name, shape, classes):
     std = d.X[:, :-1].std(axis=0)
     assert np.all((np.abs(std - 1) < 1e-9) | (std == 0))  # digits has constant pixels
     np.testing.assert_allclose(d.X[:, :-1].mean(axis=0), 0, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", [name for name, entry in SKLEARN_SETS.items() if entry[2] is not None])
+def test_sklearn_files_are_read_as_the_loaders_read_them(name):
+    import sklearn.datasets
+
+    bunch = getattr(sklearn.datasets, SKLEARN_SETS[name][0])()
+    X, y = _sklearn_file(SKLEARN_SETS[name][2])
+    assert X.dtype == y.dtype == np.float64
+    np.testing.assert_array_equal(X, bunch.data)  # bitwise: the same decimal text, parsed alike
+    np.testing.assert_array_equal(y, bunch.target)
+
+
+def test_the_default_data_set_loads_without_importing_sklearn():
+    # its import is about a second in every rank; the bundled file is read directly
+    script = ("import sys; from ordersim.data import load_dataset; load_dataset('sklearn:breast_cancer'); "
+              "print(sorted(m for m in sys.modules if m == 'sklearn' or m.startswith('sklearn.')))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_label_kinds():
