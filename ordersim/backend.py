@@ -11,7 +11,7 @@ import socket
 import sys
 import time
 import traceback
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from ordersim.stall import EXIT_STALLED, Stalled, Watchdog, abort_job
 
 # How often the node's other ranks look whether its first rank has compiled the epoch loop.
 COMPILE_POLL_SECONDS = 0.005
+# Oversubscribed, a rank waits for a collective asleep, in sleeps that double from the first to
+# the longest (MPIBackend._sleep_until).
+COLLECTIVE_SLEEPS = (20e-6, 200e-6)
 
 
 class SerialBackend:
@@ -111,13 +114,19 @@ class MPIBackend(SerialBackend):
         self.first, self.last = self.rank * per_rank, (self.rank + 1) * per_rank
         # The step's exchange goes through shared memory when every rank is on this node
         # (ordersim/node_exchange.py); collective, so every rank reaches the same answer.
+        self.oversubscribed = False
         with self._waiting("finding the ranks of this node (MPI_Comm_split_type)"):
             self._node = comm.Split_type(MPI.COMM_TYPE_SHARED)  # kept: it compiles the loop in turn
+        with self._waiting("counting the nodes' cores (MPI_Allreduce)"):
+            crowded = self._node.Get_size() > node_exchange.usable_cores(self._node)
+            # every rank must agree: oversubscribed, every collective starts with a barrier
+            self.oversubscribed = bool(comm.allreduce(crowded, op=MPI.LOR))
         one_node = self._node.Get_size() == self.size
         shared = exchange == "auto" and one_node and self.size > 1 and node_exchange.AVAILABLE
         self.exchange = "shared-memory" if shared else "allgather"
         self._slots = None
         self._calls = np.zeros(1, np.int64)  # the MPI_Allgather exchanges: the watchdog's progress
+        self._agreed = set()  # (loop, its argument types) whose compiling the ranks agreed on
 
     @property
     def phase(self) -> str:
@@ -130,6 +139,37 @@ class MPIBackend(SerialBackend):
     def _waiting(self, what: str, progress=None):
         return self.watchdog.waiting(what, progress)
 
+    # With more ranks than cores on a node, MPICH's blocking collectives spin on the cores that the
+    # ranks they wait for need, a time slice at a time: at `mpiexec -n 8` on 2 cores an epoch's
+    # handful of collectives took some 25 ms. Oversubscribed, the per-epoch ones are nonblocking,
+    # tested asleep; the others first meet in such a barrier.
+    @contextmanager
+    def _collective(self, what: str):
+        """Watch the blocking collective ``what`` (ordersim/stall.py), which, oversubscribed,
+        starts once every rank is there."""
+        with self._waiting(what):
+            if self.oversubscribed:
+                self._sleep_until(self.comm.Ibarrier())
+            yield
+
+    @staticmethod
+    def _sleep_until(request) -> None:
+        pause = COLLECTIVE_SLEEPS[0]
+        while not request.Test():
+            time.sleep(pause)
+            pause = min(2 * pause, COLLECTIVE_SLEEPS[1])
+
+    def _max(self, value: float, what: str) -> float:
+        from mpi4py import MPI
+
+        send, out = np.array([value], dtype=np.float64), np.empty(1)
+        with self._waiting(what):
+            if self.oversubscribed:
+                self._sleep_until(self.comm.Iallreduce(send, out, op=MPI.MAX))
+            else:
+                self.comm.Allreduce(send, out, op=MPI.MAX)
+        return float(out[0])
+
     def exchange_link(self, doubles: int) -> tuple:
         """What the jitted step loop passes to node_exchange.exchange for buffers of up to
         `doubles` per rank (collective: every rank calls it with the same size)."""
@@ -140,7 +180,7 @@ class MPIBackend(SerialBackend):
             no_slots = np.zeros((0, 1))
             return self.mpi_handles, self.rank, np.zeros(0, np.int64), no_slots, self._calls, limits
         if self._slots is None or self._slots.doubles < doubles:
-            with self._waiting("allocating the shared-memory exchange's window (MPI_Win_allocate_shared)"):
+            with self._collective("allocating the shared-memory exchange's window (MPI_Win_allocate_shared)"):
                 if self._slots is not None:
                     self._slots.free()
                 self._slots = SharedSlots(self.comm, doubles)
@@ -184,8 +224,11 @@ class MPIBackend(SerialBackend):
         from mpi4py import MPI
 
         signature = tuple(loop.typeof_pyval(arg) for arg in args)
-        with self._waiting("agreeing on compiling the epoch loop (MPI_Allreduce)"):
+        if (loop, signature) in self._agreed:  # every rank runs the same loops in the same order
+            return
+        with self._collective("agreeing on compiling the epoch loop (MPI_Allreduce)"):
             needed = self._node.allreduce(signature not in loop.overloads, op=MPI.LOR)
+        self._agreed.add((loop, signature))
         if not needed:
             return
         first = self._node.Get_rank() == 0
@@ -206,48 +249,46 @@ class MPIBackend(SerialBackend):
         self.watchdog.close()
 
     def gather_workers(self, local, out):
+        local = np.ascontiguousarray(local)
         with self._waiting("gathering the workers' rows (MPI_Allgather)"):
-            self.comm.Allgather(np.ascontiguousarray(local), out)
+            if self.oversubscribed:
+                self._sleep_until(self.comm.Iallgather(local, out))
+            else:
+                self.comm.Allgather(local, out)
         return out
 
     def max(self, value):
-        from mpi4py import MPI
-
-        with self._waiting("the maximum over the ranks (MPI_Allreduce)"):
-            return self.comm.allreduce(value, op=MPI.MAX)
+        return self._max(value, "the maximum over the ranks (MPI_Allreduce)")
 
     def bcast(self, obj):
-        with self._waiting("a broadcast from rank 0 (MPI_Bcast)"):
+        with self._collective("a broadcast from rank 0 (MPI_Bcast)"):
             return self.comm.bcast(obj, root=0)
 
     def agree(self, error):
-        with self._waiting("the agreement on errors (MPI_Allgather)"):
+        with self._collective("the agreement on errors (MPI_Allgather)"):
             errors = self.comm.allgather(error)
         return next((e for e in errors if e), None)
 
     def any(self, flag):
-        from mpi4py import MPI
-
-        with self._waiting("the agreement on a stop request (MPI_Allreduce)"):
-            return bool(self.comm.allreduce(int(bool(flag)), op=MPI.MAX))
+        return self._max(float(bool(flag)), "the agreement on a stop request (MPI_Allreduce)") > 0.0
 
     def gather(self, obj):
-        with self._waiting("a gather to rank 0 (MPI_Gather)"):
+        with self._collective("a gather to rank 0 (MPI_Gather)"):
             return self.comm.gather(obj, root=0)
 
     def allgather(self, obj):
-        with self._waiting("an allgather (MPI_Allgather)"):
+        with self._collective("an allgather (MPI_Allgather)"):
             return self.comm.allgather(obj)
 
     def scatter(self, objects):
         present = self.bcast(objects is not None)
         if not present:
             return None
-        with self._waiting("a scatter from rank 0 (MPI_Scatter)"):
+        with self._collective("a scatter from rank 0 (MPI_Scatter)"):
             return self.comm.scatter(objects, root=0)
 
     def scatter_rows(self, block_of, shape):
-        with self._waiting("sending the data rows from rank 0 (MPI_Send/MPI_Recv)"):
+        with self._collective("sending the data rows from rank 0 (MPI_Send/MPI_Recv)"):
             if self.rank == 0:
                 for rank in range(1, self.size):
                     self.comm.Send(np.ascontiguousarray(block_of(rank), dtype=np.float64), dest=rank)

@@ -92,12 +92,36 @@ def test_on_one_core_the_exchange_is_oversubscribed_and_still_exact(comm, backen
     try:
         link = backends().exchange_link(5)
         assert link[4][node_exchange.SPIN_LIMIT] == node_exchange.SPINS_BEFORE_SLEEP_OVERSUBSCRIBED
+        # the waits are for the arrivals count, one wake-up a step (when the JIT's waits sleep)
+        assert link[4][node_exchange.COUNTS_ARRIVALS] == 1
         calls = 200
         received = np.empty((calls, comm.size * 5))
         assert exchange_many(link, comm.rank, 5, calls, received) == 0
         assert np.array_equal(received, expected_rows(comm.size, calls, 5))
     finally:
         os.sched_setaffinity(0, before)  # this rank's alone: no other rank needed
+
+
+def test_oversubscribed_the_collectives_wait_asleep_and_deliver_the_same(comm, backends):
+    """Pinned to one core, the backend's per-epoch collectives go nonblocking (tested asleep) and
+    the others start with a sleeping barrier: the same results as the blocking ones."""
+    before = os.sched_getaffinity(0)
+    core = comm.bcast(min(before))
+    os.sched_setaffinity(0, {core})
+    try:
+        crowded = backends()
+    finally:
+        os.sched_setaffinity(0, before)
+    roomy = backends()
+    assert crowded.oversubscribed  # roomy: whatever this machine is; the results must not differ
+    local = np.arange(6.0).reshape(2, 3) + 10 * comm.rank
+    for backend in (crowded, roomy):
+        rows = backend.gather_workers(local, np.empty((2 * comm.size, 3)))
+        assert np.array_equal(rows, np.concatenate([np.arange(6.0).reshape(2, 3) + 10 * q for q in range(comm.size)]))
+        assert backend.max(0.5 + comm.rank) == comm.size - 0.5
+        assert backend.any(comm.rank == comm.size - 1) and not backend.any(False)
+        assert backend.bcast(comm.rank) == 0 and backend.allgather(comm.rank) == list(range(comm.size))
+        assert backend.agree("bad" if comm.rank == 1 else None) == "bad"
 
 
 def test_exchange_allgather_uses_mpi_allgather(comm, backends):
