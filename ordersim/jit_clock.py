@@ -37,6 +37,11 @@ def _monotonic(typingctx):
     return types.float64(), codegen
 
 
+# The same clock for Python code (CPython's perf_counter is clock_gettime(CLOCK_MONOTONIC) on
+# Linux): calling the jitted seconds() from Python would compile it in every process, starting
+# Numba's compiler in a warm run that loads everything else from the cache (~0.5 s a rank).
+python_seconds = time.perf_counter
+
 if config.DISABLE_JIT:
     seconds = time.perf_counter
 elif hasattr(time, "CLOCK_MONOTONIC"):

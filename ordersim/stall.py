@@ -37,7 +37,7 @@ from numba import njit
 
 from ordersim.checkpoint import SIGNALS
 from ordersim.config import SIGNAL_GRACE_SECONDS
-from ordersim.jit_clock import seconds
+from ordersim.jit_clock import python_seconds
 
 EXIT_STALLED = 4
 # A moment for rank 0 to finish writing the epoch it holds before MPI_Abort ends it.
@@ -99,7 +99,7 @@ class Watchdog:
         advances at the start of each wait) the wait counts from the counter's last change, and
         nothing counts before its first (the jitted loop may still be compiling)."""
         with self._lock:
-            self._wait = (what, seconds(), progress,
+            self._wait = (what, python_seconds(), progress,
                           None if progress is None else int(progress[0]), progress is None)
         try:
             yield
@@ -132,7 +132,7 @@ class Watchdog:
         elif wakeup is None:
             time.sleep(self._poll)
         if self._signal_name() is not None and self.limits[SIGNALLED] == math.inf:
-            self.limits[SIGNALLED] = seconds()
+            self.limits[SIGNALLED] = python_seconds()
 
     def _watch(self) -> None:
         while not self._closed.is_set():
@@ -141,7 +141,7 @@ class Watchdog:
             if wait is None:
                 continue
             what, started, progress, seen, counting = wait
-            now = seconds()
+            now = python_seconds()
             if progress is not None and int(progress[0]) != seen:
                 with self._lock:  # unless the wait ended meanwhile
                     if self._wait is wait:

@@ -208,13 +208,16 @@ def test_jitted_clock_reads_the_monotonic_clock():
 
     from numba import njit
 
-    from ordersim.jit_clock import seconds
+    from ordersim.jit_clock import python_seconds, seconds
 
     read_twice = njit(lambda: (seconds(), seconds()))
     first, second = read_twice()
     assert second >= first
     if sys.platform == "linux":
         assert abs(first - time.monotonic()) < 0.5
+        # the stall watchdog's Python side stamps waits that the jitted spin compares with its own
+        before, jitted, after = python_seconds(), read_twice()[0], python_seconds()
+        assert before <= jitted <= after
 
 
 def test_worker_order_sums_match_numpy():
