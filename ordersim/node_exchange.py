@@ -63,9 +63,8 @@ SPINS_BEFORE_SLEEP = 16 * SPINS_BEFORE_YIELD
 SLEEP_NANOSECONDS = 10_000_000  # the longest sleep: the wait checks its time limit in between
 STALLED = -1  # collect()'s result when it gave up waiting (MPI's error codes are > 0)
 # This rank's ``calls`` array (SharedSlots): the exchange count, the sleep's timeout (a struct
-# timespec: seconds, nanoseconds), the flag reads before a wait sleeps, and whether the ranks
-# count their publishes in the window's arrivals line (oversubscribed: see collect()).
-COUNT, TIMEOUT, SPIN_LIMIT, COUNTS_ARRIVALS = 0, 1, 3, 4
+# timespec: seconds, nanoseconds) and the flag reads before a wait sleeps.
+COUNT, TIMEOUT, SPIN_LIMIT = 0, 1, 3
 
 # futex(2) through the C library's syscall(): FUTEX_WAIT and FUTEX_WAKE on the low 32 bits of a
 # flag (little-endian), shared between processes (no FUTEX_PRIVATE_FLAG).
@@ -100,14 +99,14 @@ def _store_release(typingctx, address, value):
 
 @intrinsic
 def _fetch_add(typingctx, address, value):
-    """Add the int64 ``value`` to the int64 at ``address`` (sequentially consistent); the value
-    before."""
+    """Add the int64 ``value`` to the int64 at ``address`` (sequentially consistent)."""
     if not isinstance(address, types.Integer) or value != types.int64:
         return None
     def codegen(context, builder, signature, args):
         pointer = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
-        return builder.atomic_rmw("add", pointer, args[1], "seq_cst")
-    return types.int64(address, value), codegen
+        builder.atomic_rmw("add", pointer, args[1], "seq_cst")
+        return context.get_dummy_value()
+    return types.void(address, value), codegen
 
 
 @intrinsic
@@ -229,14 +228,7 @@ def publish(send, link):
         mine[i] = source[i]
     flag_address = flags.ctypes.data + rank * FLAG_STRIDE * 8
     store_release(flag_address, call)
-    if SLEEPS and calls[COUNTS_ARRIVALS]:
-        # the last rank to publish wakes every sleeper at once (the count is seq_cst: it orders
-        # this slot's writes before it, and the sleepers' read after it)
-        arrivals_address = flags.ctypes.data + ranks * FLAG_STRIDE * 8
-        if (fetch_add(arrivals_address, 1) + 1 == call * ranks
-                and load_acquire(arrivals_address + SLEEPERS * 8) > 0):
-            futex(arrivals_address, FUTEX_WAKE, 0x7FFFFFFF, 0)
-    elif SLEEPS:
+    if SLEEPS:
         full_fence()  # the flag is written before the sleepers are read (sleep_while's mirror)
         if load_acquire(flag_address + SLEEPERS * 8) > 0:
             futex(flag_address, FUTEX_WAKE, 0x7FFFFFFF, 0)
@@ -253,53 +245,32 @@ def collect(send, recv, link):
         return allgather(send, recv, mpi)
     call, ranks, size = calls[COUNT], slots.shape[0] // 2, send.size
     target, parity = recv.reshape(-1), (call & 1) * ranks
-    if SLEEPS and calls[COUNTS_ARRIVALS]:
-        # Oversubscribed: one wait, for all ranks' publishes at once. Waiting on each rank's flag
-        # in turn would sleep and be woken up to ranks - 1 times a step, each a context switch
-        # on cores the publishing ranks need (8 ranks on 2 cores: ~0.5 ms a step).
-        arrivals_address = flags.ctypes.data + ranks * FLAG_STRIDE * 8
-        if not wait_until(arrivals_address, call * ranks, calls, limits):
-            for q in range(ranks):  # for the stall report: the first rank that has not published
-                if load_acquire(flags.ctypes.data + q * FLAG_STRIDE * 8) < call:
-                    limits[WAITED_FOR] = q
-                    break
-            return STALLED
+    spin_limit = calls[SPIN_LIMIT] if SLEEPS else -1
     for q in range(ranks):
-        if not wait_until(flags.ctypes.data + q * FLAG_STRIDE * 8, call, calls, limits):
-            limits[WAITED_FOR] = q
-            return STALLED
+        flag_address = flags.ctypes.data + q * FLAG_STRIDE * 8
+        spins = 0
+        started = -1.0  # the clock at the wait's first yield: no clock read on the fast path
+        seen = load_acquire(flag_address)
+        while seen < call:
+            spin_hint()
+            spins += 1
+            sleeps = spins >= spin_limit >= 0  # and from then on at every read
+            if sleeps or spins % SPINS_BEFORE_YIELD == 0:
+                now = seconds()
+                if started < 0.0:
+                    started = now
+                elif waited_too_long(limits, started, now):
+                    limits[WAITED_FOR], limits[WAITED] = q, now - started
+                    return STALLED
+                if sleeps:
+                    sleep_while(flag_address, seen, calls.ctypes.data + TIMEOUT * 8)
+                else:
+                    yield_core()
+            seen = load_acquire(flag_address)
         theirs, offset = slots[parity + q], q * size
         for i in range(size):
             target[offset + i] = theirs[i]
     return 0
-
-
-@njit(error_model="numpy", _nrt=False)
-def wait_until(address, value, calls, limits):
-    """Wait until the counter at ``address`` is >= ``value``: spin, yield every
-    SPINS_BEFORE_YIELD reads, sleep after calls[SPIN_LIMIT]. False when the wait went on longer
-    than the stall's limit (limits[WAITED]: how long)."""
-    spin_limit = calls[SPIN_LIMIT] if SLEEPS else -1
-    spins = 0
-    started = -1.0  # the clock at the wait's first yield: no clock read on the fast path
-    seen = load_acquire(address)
-    while seen < value:
-        spin_hint()
-        spins += 1
-        sleeps = spins >= spin_limit >= 0  # and from then on at every read
-        if sleeps or spins % SPINS_BEFORE_YIELD == 0:
-            now = seconds()
-            if started < 0.0:
-                started = now
-            elif waited_too_long(limits, started, now):
-                limits[WAITED] = now - started
-                return False
-            if sleeps:
-                sleep_while(address, seen, calls.ctypes.data + TIMEOUT * 8)
-            else:
-                yield_core()
-        seen = load_acquire(address)
-    return True
 
 
 @njit(error_model="numpy", _nrt=False)
@@ -329,7 +300,7 @@ class SharedSlots:
         # a slot is whole cache lines: the window starts on one, so every slot does too and no
         # two slots share a line
         self.doubles = doubles = -(-doubles // 8) * 8
-        flag_bytes = (ranks + 1) * FLAG_STRIDE * 8  # a line per rank's flag, one for the arrivals
+        flag_bytes = ranks * FLAG_STRIDE * 8
         size = flag_bytes + 2 * ranks * doubles * 8 if comm.Get_rank() == 0 else 0
         # One piece on rank 0, contiguous, which every rank addresses through Shared_query(0).
         self.window = MPI.Win.Allocate_shared(size, 1, comm=comm)
@@ -340,12 +311,11 @@ class SharedSlots:
         if comm.Get_rank() == 0:
             self.flags[:] = 0
         # the exchange count (as this rank's flag), the sleep's timeout, the reads before a sleep
-        self.calls = np.zeros(5, dtype=np.int64)
+        self.calls = np.zeros(4, dtype=np.int64)
         self.calls[TIMEOUT:TIMEOUT + 2] = divmod(SLEEP_NANOSECONDS, 1_000_000_000)
-        self.oversubscribed = ranks > usable_cores(comm)  # the same on every rank
+        self.oversubscribed = ranks > usable_cores(comm)
         self.calls[SPIN_LIMIT] = (SPINS_BEFORE_SLEEP_OVERSUBSCRIBED if self.oversubscribed
                                   else SPINS_BEFORE_SLEEP)
-        self.calls[COUNTS_ARRIVALS] = self.oversubscribed
         comm.Barrier()  # the flags are zero before any rank publishes
 
     def free(self) -> None:

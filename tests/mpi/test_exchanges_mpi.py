@@ -92,8 +92,6 @@ def test_on_one_core_the_exchange_is_oversubscribed_and_still_exact(comm, backen
     try:
         link = backends().exchange_link(5)
         assert link[4][node_exchange.SPIN_LIMIT] == node_exchange.SPINS_BEFORE_SLEEP_OVERSUBSCRIBED
-        # the waits are for the arrivals count, one wake-up a step (when the JIT's waits sleep)
-        assert link[4][node_exchange.COUNTS_ARRIVALS] == 1
         calls = 200
         received = np.empty((calls, comm.size * 5))
         assert exchange_many(link, comm.rank, 5, calls, received) == 0
