@@ -10,11 +10,13 @@ workers' shards (``WorkerRows``). Means over the examples are means over the wor
 means (every shard has n examples), added in worker order, so the constants are bitwise the same
 on any number of ranks and with ``problem_constants`` on a whole data set in one process.
 
-- x_star, f_star: for convex problems, the problem's closed form (``solve_exact``) or SciPy L-BFGS-B
-  from x = 0, then Newton-CG steps (Hessian-vector products, scipy.sparse.linalg.cg) until the
-  gradient norm is <= 1e-12 relative to ||grad f(0)|| or stops improving; a RuntimeWarning if it
-  ends above 1e-10. None / NaN for nonconvex problems. Every rank runs the same solver on the same
-  reduced values, so every rank ends with the same x*.
+- x_star, f_star: for convex problems, from the problem's closed form (``solve_exact``), or a
+  subsample's minimizer (``subsample_newton``: problems with ``hessian_matrix``), or SciPy L-BFGS-B
+  from x = 0, Newton-CG steps (Hessian-vector products, scipy.sparse.linalg.cg, preconditioned by
+  the subsample's Hessian where there is one) until the gradient norm is <= 1e-12 relative to
+  ||grad f(0)|| or stops improving; a RuntimeWarning if it ends above 1e-10. None / NaN for
+  nonconvex problems. Every rank runs the same solver on the same reduced values, so every rank
+  ends with the same x*.
 - L: a bound on the largest Hessian eigenvalue of f; L_max: the same bound maximized over the f_i;
   mu: the strong-convexity constant where it exists (NaN otherwise); from ``RowStatistics`` (the
   spectrum of A^T A / N and the largest squared row norm). See docs/problems.md.
@@ -218,8 +220,8 @@ def row_statistics(rows: WorkerRows) -> RowStatistics:
 def subsample_newton(problem, rows: WorkerRows, fg):
     """(x0, CG preconditioner) for ``minimize``, from a fixed subsample: the first k rows of every
     shard (the same rows on any number of ranks). Newton steps with the subsample's explicit d x d
-    Hessian (``problem.hessian_matrix``, Cholesky) find its minimizer x0 for a pass over 1/16 of
-    the rows each; the Cholesky factor of its Hessian at x0 then preconditions CG on all rows
+    Hessian (``problem.hessian_matrix``, Cholesky) find its minimizer x0, each step reading 1/16 of
+    the rows; the Cholesky factor of its Hessian at x0 then preconditions CG on all rows
     (DiSCO, Zhang & Xiao 2015), so each full Newton step needs only a few Hessian-vector products.
     None when the problem has no hessian_matrix, d > HESSIAN_MATRIX_LIMIT or that Hessian is not
     positive definite: then ``minimize`` starts from L-BFGS-B."""
@@ -234,7 +236,7 @@ def subsample_newton(problem, rows: WorkerRows, fg):
         k = n  # a small data set, whose subsample would miss directions (w8a's rare features): all rows
 
     def factor(x):
-        local = [problem.hessian_matrix(x, rows.shard(w)[0][:k], rows.shard(w)[1][:k]) for w in range(rows.local)]
+        local = [problem.hessian_matrix(x, *(part[:k] for part in rows.shard(w))) for w in range(rows.local)]
         return cho_factor(mean_matrix(rows, lambda w, lo, hi: local[w][lo:hi], d))
 
     x = np.zeros(d)
@@ -308,8 +310,8 @@ def minimize(problem, rows: WorkerRows, statistics: RowStatistics) -> tuple[np.n
         product = hessian_at(x)
         H = LinearOperator((d, d), matvec=lambda v: product(np.ravel(v)), dtype=np.float64)
         # no more accurate than the target needs: the new gradient is about CG's residual
-        step, _ = cg(H, -g, rtol=min(1e-2, gn / g0n), atol=0.5 * TARGET_REL_GRAD_STOP * g0n, maxiter=max(100, 4 * d),
-                     M=preconditioner)
+        step, _ = cg(H, -g, rtol=min(1e-2, gn / g0n), atol=0.5 * TARGET_REL_GRAD_STOP * g0n,
+                     maxiter=max(100, 4 * d), M=preconditioner)
         t = 1.0
         while t > 1e-12:
             fn, gnew = fg(x + t * step)
