@@ -282,7 +282,7 @@ def test_the_subsample_preconditioner_keeps_full_data_passes_few(monkeypatch):
             warnings.simplefilter("error")
             c = problem_constants(problem, data, shards, cache_dir=False)
         results[preconditioned] = (counts["gradients"] + counts["products"], c["f_star"])
-    # the solver's passes (and zeta*^2's one): 26 here, plain CG ~150; L-BFGS-B and plain Newton-CG
+    # the solver's passes (and zeta*^2's one): 26 here, plain CG 141; L-BFGS-B and plain Newton-CG
     # took 80 at N = 10^6, d = 128
     assert results[True][0] <= 30
     assert results[False][0] >= 3 * results[True][0]
