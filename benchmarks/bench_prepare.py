@@ -9,7 +9,8 @@ split, m = 8 workers, serial backend, the constants' cache off. The phases of `s
 timed one by one: the data plan (`open_dataset`: the one pass over the rows, which generates them,
 checks them and computes the labels and the standardization statistics, keeping the rows), the rows
 (`DataPlan.train_rows` of every worker's shard: those kept rows, standardized in place) and the constants (`constants.compute_constants`: the row statistics, the solver
-for x*, with its count of gradient passes and Hessian-vector products, then sigma*^2 and zeta*^2).
+for x*, with its count of gradient passes and Hessian-vector products over all rows and of its
+gradients and d x d Hessians over the subsample, then sigma*^2 and zeta*^2).
 Then the best of 3 rr epochs (`Run.train_epoch`, after a warm-up on a slice), and a vectorized read
 of the rows (bench_orderers' `read_sum`): each phase is printed in seconds, in rr epochs and as the
 bandwidth of one pass over the rows (their bytes over its seconds) in % of that read's; then the
@@ -105,8 +106,16 @@ def main(argv=None):
 
     statistics, solver = Timed(constants.row_statistics), Timed(constants.minimize)
     constants.row_statistics, constants.minimize = statistics, solver
-    full_grad, setup_hessian = Timed(problem.full_grad), Timed(problem.hessian_at)
+    full_grad, subsample_grad = Timed(problem.full_grad), Timed(problem.full_grad)
+    setup_hessian, hessian_matrix = Timed(problem.hessian_at), Timed(problem.hessian_matrix)
     hessp = Timed(None)  # every Hessian-vector product of every shard, wherever its x
+    subsample_rows = [0]
+
+    def grad(x, A, y, idx, params, out):  # a whole shard, or the solver's subsample of it
+        if idx.shape[0] == shards.shape[1]:
+            return full_grad(x, A, y, idx, params, out)
+        subsample_rows[0] += idx.shape[0]
+        return subsample_grad(x, A, y, idx, params, out)
 
     def hessian_at(x, A, y):
         product = setup_hessian(x, A, y)
@@ -116,7 +125,8 @@ def main(argv=None):
             return hessp(v)
         return timed
 
-    problem.full_grad, problem.hessian_at = full_grad, hessian_at  # instance attributes: minimize calls these
+    # instance attributes: minimize calls these
+    problem.full_grad, problem.hessian_at, problem.hessian_matrix = grad, hessian_at, hessian_matrix
     start = time.perf_counter()
     consts = constants.compute_constants(problem, WorkerRows(backend, A, y, shards.shape[1]))
     total = time.perf_counter() - start
@@ -155,6 +165,8 @@ def main(argv=None):
     print(f"  solver: {passes:.0f} gradient passes ({full_grad.seconds:.2f} s, {bandwidth(passes, full_grad.seconds)}), "
           f"{products:.0f} Hessian-vector products ({hessp.seconds:.2f} s, {bandwidth(products, hessp.seconds)}, "
           f"one read of the rows each; {setup_hessian.seconds:.2f} s more for what depends on x alone)")
+    print(f"  solver's subsample: {subsample_grad.calls / M:.0f} gradients ({subsample_rows[0] / N:.2f} passes, "
+          f"{subsample_grad.seconds:.2f} s), {hessian_matrix.calls / M:.0f} d x d Hessians ({hessian_matrix.seconds:.2f} s)")
     blocks = -(-N // data.SYNTHETIC_BLOCK)
     print(f"  synthetic blocks generated: {block.calls} of {blocks} (target: each once)")
 

@@ -10,11 +10,13 @@ workers' shards (``WorkerRows``). Means over the examples are means over the wor
 means (every shard has n examples), added in worker order, so the constants are bitwise the same
 on any number of ranks and with ``problem_constants`` on a whole data set in one process.
 
-- x_star, f_star: for convex problems, the problem's closed form (``solve_exact``) or SciPy L-BFGS-B
-  from x = 0, then Newton-CG steps (Hessian-vector products, scipy.sparse.linalg.cg) until the
-  gradient norm is <= 1e-12 relative to ||grad f(0)|| or stops improving; a RuntimeWarning if it
-  ends above 1e-10. None / NaN for nonconvex problems. Every rank runs the same solver on the same
-  reduced values, so every rank ends with the same x*.
+- x_star, f_star: for convex problems, from the problem's closed form (``solve_exact``), or a
+  subsample's minimizer (``subsample_newton``: problems with ``hessian_matrix``), or SciPy L-BFGS-B
+  from x = 0, Newton-CG steps (Hessian-vector products, scipy.sparse.linalg.cg, preconditioned by
+  the subsample's Hessian where there is one) until the gradient norm is <= 1e-12 relative to
+  ||grad f(0)|| or stops improving; a RuntimeWarning if it ends above 1e-10. None / NaN for
+  nonconvex problems. Every rank runs the same solver on the same reduced values, so every rank
+  ends with the same x*.
 - L: a bound on the largest Hessian eigenvalue of f; L_max: the same bound maximized over the f_i;
   mu: the strong-convexity constant where it exists (NaN otherwise); from ``RowStatistics`` (the
   spectrum of A^T A / N and the largest squared row norm). See docs/problems.md.
@@ -47,13 +49,23 @@ from ordersim.backend import SerialBackend
 from ordersim.engine import sum_in_worker_order
 from ordersim.problems.base import RowStatistics
 
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 KEYS = ("x_star", "f_star", "L", "L_max", "mu", "sigma2_star", "zeta2_star")
-TARGET_REL_GRAD = 1e-10
+TARGET_REL_GRAD = 1e-10  # the solver warns above it
+TARGET_REL_GRAD_STOP = 1e-12  # and stops at it
 # Largest Gram matrix (p x p) formed for the spectrum; beyond it Lanczos on A^T A v products.
 GRAM_LIMIT = 4000
 # Doubles per gathered block of per-worker values (the Gram matrix goes a band of rows at a time).
 GATHER_DOUBLES = 1 << 20
+# The solver's subsample (``subsample_newton``): the first 1/SUBSAMPLE_FRACTION of every shard, or
+# all rows where that is fewer than SUBSAMPLE_ROWS_PER_PARAMETER rows per parameter over all workers;
+# its Newton steps stop at SUBSAMPLE_REL_GRAD (x0 need not be closer to x* than the subsample's own
+# error); problems with more parameters than HESSIAN_MATRIX_LIMIT never form a d x d Hessian.
+SUBSAMPLE_FRACTION = 16
+SUBSAMPLE_ROWS_PER_PARAMETER = 32
+SUBSAMPLE_REL_GRAD = 1e-8
+SUBSAMPLE_STEPS = 50
+HESSIAN_MATRIX_LIMIT = 512
 
 
 def default_cache_dir() -> Path:
@@ -165,6 +177,17 @@ def rows_of(A: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return A[idx]
 
 
+def mean_matrix(rows: WorkerRows, band_of, p: int) -> np.ndarray:
+    """(p, p) mean over the workers of a matrix, gathered a band of rows at a time (band_of(w, lo,
+    hi): rows lo..hi-1 of worker w's matrix), so a gathered block stays within GATHER_DOUBLES."""
+    out = np.empty((p, p))
+    band = max(1, GATHER_DOUBLES // (rows.m * p))
+    for lo in range(0, p, band):
+        hi = min(p, lo + band)
+        out[lo:hi] = rows.mean(lambda w: band_of(w, lo, hi).ravel(), (hi - lo) * p).reshape(hi - lo, p)
+    return out
+
+
 def row_statistics(rows: WorkerRows) -> RowStatistics:
     """The spectrum of A^T A / N, the largest squared row norm and A^T y / N of all workers' rows."""
     p = rows.A.shape[1]
@@ -188,15 +211,56 @@ def row_statistics(rows: WorkerRows) -> RowStatistics:
                     v0=np.ones(p), return_eigenvectors=False)[0]
         return RowStatistics(rows=rows.m * n, gram=None, moment=moment, top=float(top), bottom=0.0,
                              max_row_norm2=max_row_norm2)
-    gram = np.empty((p, p))
-    band = max(1, GATHER_DOUBLES // (rows.m * p))
-    for lo in range(0, p, band):
-        hi = min(p, lo + band)
-        gram[lo:hi] = rows.mean(lambda w: (rows.shard(w)[0][:, lo:hi].T @ rows.shard(w)[0]).ravel() / n,
-                                (hi - lo) * p).reshape(hi - lo, p)
+    gram = mean_matrix(rows, lambda w, lo, hi: rows.shard(w)[0][:, lo:hi].T @ rows.shard(w)[0] / n, p)
     eig = np.linalg.eigvalsh(gram)
     return RowStatistics(rows=rows.m * n, gram=gram, moment=moment, top=float(eig[-1]),
                          bottom=float(max(eig[0], 0.0)), max_row_norm2=max_row_norm2)
+
+
+def subsample_newton(problem, rows: WorkerRows, fg):
+    """(x0, CG preconditioner) for ``minimize``, from a fixed subsample: the first k rows of every
+    shard (the same rows on any number of ranks). Newton steps with the subsample's explicit d x d
+    Hessian (``problem.hessian_matrix``, Cholesky) find its minimizer x0, each step reading 1/16 of
+    the rows; the Cholesky factor of its Hessian at x0 then preconditions CG on all rows
+    (DiSCO, Zhang & Xiao 2015), so each full Newton step needs only a few Hessian-vector products.
+    None when the problem has no hessian_matrix, d > HESSIAN_MATRIX_LIMIT or that Hessian is not
+    positive definite: then ``minimize`` starts from L-BFGS-B."""
+    from scipy.linalg import LinAlgError, cho_factor, cho_solve
+    from scipy.sparse.linalg import LinearOperator
+
+    d, n = problem.dim, rows.n
+    if getattr(problem, "hessian_matrix", None) is None or d > HESSIAN_MATRIX_LIMIT:
+        return None
+    k = -(-n // SUBSAMPLE_FRACTION)
+    if k * rows.m < SUBSAMPLE_ROWS_PER_PARAMETER * d:
+        k = n  # a small data set, whose subsample would miss directions (w8a's rare features): all rows
+
+    def factor(x):
+        local = [problem.hessian_matrix(x, *(part[:k] for part in rows.shard(w))) for w in range(rows.local)]
+        return cho_factor(mean_matrix(rows, lambda w, lo, hi: local[w][lo:hi], d))
+
+    x = np.zeros(d)
+    f, g = fg(x, k)
+    g0n = float(np.linalg.norm(g))
+    for _ in range(SUBSAMPLE_STEPS):
+        try:
+            chol = factor(x)  # at the x returned, when the loop stops
+        except LinAlgError:
+            return None
+        gn = float(np.linalg.norm(g))
+        if gn <= SUBSAMPLE_REL_GRAD * g0n:
+            break
+        step = -cho_solve(chol, g)
+        t = 1.0
+        while t > 1e-12:
+            fn, gnew = fg(x + t * step, k)
+            if fn <= f + 1e-4 * t * float(g @ step) or float(np.linalg.norm(gnew)) < gn:
+                break
+            t *= 0.5
+        else:
+            break  # no decrease left at rounding level: x is the subsample's minimizer
+        x, f, g = x + t * step, fn, gnew
+    return x, LinearOperator((d, d), matvec=lambda v: cho_solve(chol, np.ravel(v)), dtype=np.float64)
 
 
 def minimize(problem, rows: WorkerRows, statistics: RowStatistics) -> tuple[np.ndarray, float, float]:
@@ -206,12 +270,12 @@ def minimize(problem, rows: WorkerRows, statistics: RowStatistics) -> tuple[np.n
 
     d = problem.dim
 
-    def fg(x):
+    def fg(x, k=rows.n):  # over the first k rows of every shard (all of them by default)
         x = np.ascontiguousarray(x)
 
         def loss_and_grad(w):
             out = np.empty(d + 1)
-            out[0] = problem.full_grad(x, rows.A, rows.y, rows.index(w), problem.params, out[1:])
+            out[0] = problem.full_grad(x, rows.A, rows.y, rows.index(w)[:k], problem.params, out[1:])
             return out
 
         mean = rows.mean(loss_and_grad, d + 1)
@@ -226,34 +290,44 @@ def minimize(problem, rows: WorkerRows, statistics: RowStatistics) -> tuple[np.n
     g0n = float(np.linalg.norm(g0))
     if g0n == 0.0:
         return x0, fg(x0)[0], 0.0
-    x = problem.solve_exact(statistics)
+    x, preconditioner = problem.solve_exact(statistics), None
     if x is None:
-        res = scipy_minimize(fg, x0, jac=True, method="L-BFGS-B",
-                             options={"maxiter": 5000, "maxcor": 30, "ftol": 0.0, "gtol": 1e-6 * g0n})
-        x = res.x
+        start = subsample_newton(problem, rows, fg)
+        if start is not None:
+            x, preconditioner = start
+        else:
+            res = scipy_minimize(fg, x0, jac=True, method="L-BFGS-B",
+                                 options={"maxiter": 5000, "maxcor": 30, "ftol": 0.0, "gtol": 1e-6 * g0n})
+            x = res.x
     x = np.asarray(x, dtype=np.float64)
     f, g = fg(x)
     gn = float(np.linalg.norm(g))
+    best = (x, f, gn)  # the smallest gradient norm seen: what is returned
     stalls = 0
     for _ in range(60):
-        if gn <= 1e-12 * g0n or stalls >= 3:
+        if gn <= TARGET_REL_GRAD_STOP * g0n or stalls >= 3:
             break
         product = hessian_at(x)
         H = LinearOperator((d, d), matvec=lambda v: product(np.ravel(v)), dtype=np.float64)
-        step, _ = cg(H, -g, rtol=min(1e-2, gn / g0n), atol=0.0, maxiter=max(100, 4 * d))
-        t, best = 1.0, None
+        # no more accurate than the target needs: the new gradient is about CG's residual
+        step, _ = cg(H, -g, rtol=min(1e-2, gn / g0n), atol=0.5 * TARGET_REL_GRAD_STOP * g0n,
+                     maxiter=max(100, 4 * d), M=preconditioner)
+        t = 1.0
         while t > 1e-12:
             fn, gnew = fg(x + t * step)
             gnn = float(np.linalg.norm(gnew))
             if fn <= f + 1e-4 * t * float(g @ step) or gnn < gn:
-                best = (x + t * step, fn, gnew, gnn)
                 break
             t *= 0.5
-        if best is None:
+        else:
             break
-        stalls = stalls + 1 if best[3] >= 0.5 * gn else 0
-        if best[3] < gn:
-            x, f, g, gn = best
+        # far from x* (a subsample's x0) damped steps lower f without halving the gradient; a stall
+        # is a step that does neither, f changing by rounding only
+        stalls = 0 if gnn < 0.5 * gn or f - fn > 8 * np.finfo(float).eps * abs(f) else stalls + 1
+        x, f, g, gn = x + t * step, fn, gnew, gnn
+        if gn < best[2]:
+            best = (x, f, gn)
+    x, f, gn = best
     rel = gn / g0n
     if rel > TARGET_REL_GRAD:
         warnings.warn(f"{problem.name}: the solver for x* stopped at relative gradient norm {rel:.2e} "

@@ -120,6 +120,12 @@ class Problem:
         may compute what depends on x alone once (and must return the same values as hessp)."""
         return lambda v: self.hessp(x, v, A, y)
 
+    # Optional: hessian_matrix(x, A, y) -> the (d, d) Hessian of the mean objective over the rows of
+    # A, explicitly (a convex problem with d <= ordersim.constants.HESSIAN_MATRIX_LIMIT). The solver
+    # for x* calls it on a subsample of each worker's shard: Newton steps there give its start, and
+    # the Cholesky factor preconditions CG on all rows. None: L-BFGS-B, then CG without it.
+    hessian_matrix = None
+
     def solve_exact(self, rows: RowStatistics):
         """A closed-form minimizer from the row statistics, or None to let the solver iterate."""
         return None

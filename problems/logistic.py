@@ -147,6 +147,18 @@ def hessian_product(A, weights, v, lam, out):
     return out
 
 
+@njit(cache=True, fastmath=FAST, error_model="numpy")
+def loss_curvature(x, A):
+    """The logistic loss'' s(1 - s), s = sigmoid(a_i^T x), of every row (the same for y = +-1), in
+    one pass over the rows (NumPy's A @ x, exp and products: twice the time)."""
+    k = A.shape[0]
+    out = np.empty(k)
+    for i in range(k):
+        s = sigmoid(row_dot(A, i, x))
+        out[i] = s * (1.0 - s)
+    return out
+
+
 class Logistic(Problem):
     name = "logistic"
     description = "binary logistic regression (1/N) sum log(1 + exp(-y_i a_i^T x)) + lam/2 ||x||^2, y in {-1,+1} (convex)"
@@ -181,8 +193,15 @@ class Logistic(Problem):
         return self.hessian_at(x, A, y)(v)
 
     def hessian_at(self, x, A, y):
-        s = 1.0 / (1.0 + np.exp(-(A @ x)))
-        weights, lam = s * (1.0 - s), self.options["lam"]  # the loss'' of each row: once per x
+        weights, lam = loss_curvature(np.ascontiguousarray(x, dtype=np.float64), A), self.options["lam"]
         return lambda v: hessian_product(A, weights, np.ascontiguousarray(v, dtype=np.float64), lam,
                                          np.empty(A.shape[1]))
 
+    def hessian_matrix(self, x, A, y):
+        # A^T diag(w) A as B^T B with B = sqrt(w) A: NumPy hands a product with its own transpose
+        # to BLAS syrk (half the flops of a general product, and exactly symmetric)
+        B = np.sqrt(loss_curvature(np.ascontiguousarray(x, dtype=np.float64), A))[:, None] * A
+        H = B.T @ B
+        H /= A.shape[0]
+        H[np.diag_indices_from(H)] += self.options["lam"]
+        return H

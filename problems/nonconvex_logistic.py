@@ -23,5 +23,7 @@ class NonconvexLogistic(Logistic):
         lam = self.options["lam"]
         return rows.top / 4.0 + 2.0 * lam, rows.max_row_norm2 / 4.0 + 2.0 * lam, math.nan
 
+    hessian_matrix = None  # logistic's has the convex regularizer's lam I
+
     def hessp(self, x, v, A, y):
         raise NotImplementedError

@@ -3,6 +3,7 @@ sigma*^2 and zeta*^2, the smoothness bounds, and a cache that never breaks a run
 
 import dataclasses
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -191,3 +192,112 @@ def test_row_statistics_in_bands_and_without_a_gram_matrix(monkeypatch):
     assert lanczos["L"] == pytest.approx(whole["L"], rel=1e-10)
     assert lanczos["mu"] == pytest.approx(1e-3)  # no Gram matrix: the smallest eigenvalue is taken as 0
     np.testing.assert_allclose(lanczos["x_star"], whole["x_star"], rtol=1e-8, atol=1e-10)
+
+
+REPO_DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def reference_logistic_minimizer(A, y, lam):
+    """x* by scipy's trust-exact on NumPy's f, gradient and explicit Hessian of the mean logistic
+    loss: nothing of ordersim's solver or kernels."""
+    from scipy.optimize import minimize as scipy_minimize
+    from scipy.special import expit, log_expit
+
+    N, d = A.shape
+
+    def f(x):
+        return -np.mean(log_expit(y * (A @ x))) + 0.5 * lam * x @ x
+
+    def g(x):
+        return A.T @ (-y * expit(-y * (A @ x))) / N + lam * x
+
+    def h(x):
+        s = expit(A @ x)
+        return (A.T * (s * (1 - s))) @ A / N + lam * np.eye(d)
+
+    res = scipy_minimize(f, np.zeros(d), jac=g, hess=h, method="trust-exact", options={"gtol": 1e-14, "maxiter": 500})
+    return res.x, np.linalg.norm(g(res.x)) / np.linalg.norm(g(np.zeros(d)))
+
+
+@pytest.mark.parametrize("spec, workers, lam", [
+    (f"libsvm:{REPO_DATA / 'w8a.gz'}", 4, 2.96e-3),  # rr_w8a's lam; all rows are the subsample
+    (f"libsvm:{REPO_DATA / 'mushrooms.gz'}", 3, 1e-4),
+    ("synthetic:classification?n=40000&d=24&cond=100&sep=4", 8, 1e-5),  # a 1/16 subsample
+])
+def test_logistic_x_star_matches_an_independent_solver(spec, workers, lam):
+    data = load_dataset(spec, label_kind="binary")
+    problem = make_problem("logistic", data.features, data.classes, lam=lam)
+    shards, _ = partition(data.y, workers, "shuffled", seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the solver reaches its target: no RuntimeWarning
+        c = problem_constants(problem, data, shards, cache_dir=False)
+    A, y = data.X[shards.ravel()], data.y[shards.ravel()]
+    x_ref, rel_ref = reference_logistic_minimizer(A, y, lam)
+    assert rel_ref < 1e-11
+    np.testing.assert_allclose(c["x_star"], x_ref, rtol=0, atol=1e-7 * max(1.0, np.linalg.norm(x_ref)))
+    assert c["f_star"] == pytest.approx(problem.full_loss(x_ref, A, y, np.arange(A.shape[0]), problem.params),
+                                        rel=1e-13)
+    g, g0 = np.empty(problem.dim), np.empty(problem.dim)
+    problem.full_grad(c["x_star"], A, y, np.arange(A.shape[0]), problem.params, g)
+    problem.full_grad(np.zeros(problem.dim), A, y, np.arange(A.shape[0]), problem.params, g0)
+    assert np.linalg.norm(g) <= 1e-11 * np.linalg.norm(g0)
+
+
+def count_solver_passes(problem, n, workers):
+    """Wraps the problem's full_grad and hessian_at (instance attributes, which the solver calls):
+    returns a dict counting gradient passes and Hessian-vector products over all rows (per worker)."""
+    counts = {"gradients": 0.0, "products": 0.0}
+    full_grad, hessian_at = problem.full_grad, problem.hessian_at
+
+    def counted_grad(x, A, y, idx, params, out):
+        if idx.shape[0] == n:  # a whole shard, not the subsample
+            counts["gradients"] += 1 / workers
+        return full_grad(x, A, y, idx, params, out)
+
+    def counted_hessian_at(x, A, y):
+        product = hessian_at(x, A, y)
+
+        def counted(v):
+            counts["products"] += 1 / workers
+            return product(v)
+        return counted
+
+    problem.full_grad, problem.hessian_at = counted_grad, counted_hessian_at
+    return counts
+
+
+def test_the_subsample_preconditioner_keeps_full_data_passes_few(monkeypatch):
+    """Ill-conditioned logistic regression (lam = 1e-6): x0 from the subsample and CG preconditioned
+    by its Hessian need few passes over all rows; plain CG from the same x0 needs many more."""
+    data = load_dataset("synthetic:classification?n=64000&d=31&cond=1000&sep=4", label_kind="binary")
+    shards, _ = partition(data.y, 4, "shuffled")
+    results = {}
+    for preconditioned in (True, False):
+        if not preconditioned:
+            newton = constants.subsample_newton
+            monkeypatch.setattr(constants, "subsample_newton", lambda *args: (newton(*args)[0], None))
+        problem = make_problem("logistic", data.features, data.classes, lam=1e-6)
+        counts = count_solver_passes(problem, shards.shape[1], 4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            c = problem_constants(problem, data, shards, cache_dir=False)
+        results[preconditioned] = (counts["gradients"] + counts["products"], c["f_star"])
+    # the solver's passes (and zeta*^2's one): 26 here, plain CG 141; L-BFGS-B and plain Newton-CG
+    # took 80 at N = 10^6, d = 128
+    assert results[True][0] <= 30
+    assert results[False][0] >= 3 * results[True][0]
+    assert results[True][1] == pytest.approx(results[False][1], rel=1e-13)
+
+
+def test_without_hessian_matrix_the_solver_starts_from_l_bfgs(monkeypatch):
+    """Problems without the hook (or d > HESSIAN_MATRIX_LIMIT) keep L-BFGS-B and plain Newton-CG,
+    and reach the same x*."""
+    data = load_dataset("synthetic:classification?n=3000&d=9&cond=30", label_kind="binary")
+    problem = make_problem("logistic", data.features, data.classes, lam=1e-3)
+    shards, _ = partition(data.y, 3, "shuffled")
+    direct = problem_constants(problem, data, shards, cache_dir=False)
+    monkeypatch.setattr(constants, "HESSIAN_MATRIX_LIMIT", problem.dim - 1)
+    counts = count_solver_passes(problem, shards.shape[1], 3)
+    iterated = problem_constants(problem, data, shards, cache_dir=False)
+    assert counts["gradients"] > 10  # L-BFGS-B's passes
+    np.testing.assert_allclose(iterated["x_star"], direct["x_star"], rtol=1e-9, atol=1e-11)

@@ -179,6 +179,25 @@ def test_logistic_hessian_product_matches_numpy_reference():
     np.testing.assert_allclose(problem.hessp(x, v, A, y), reference, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("case", [c for c in CASES if problem_class(c[1]).hessian_matrix is not None],
+                         ids=lambda c: c[0])
+def test_hessian_matrix_is_hessp_column_by_column(case):
+    """The optional explicit Hessian (the solver's subsample Newton steps and preconditioner) holds
+    hessp's values, and is exactly symmetric (Cholesky reads one triangle)."""
+    _, name, options, _ = case
+    problem, A, y, x = make_case(name, options, seed=4)
+    H = problem.hessian_matrix(x, A, y)
+    columns = np.column_stack([problem.hessp(x, e, A, y) for e in np.eye(problem.dim)])
+    np.testing.assert_allclose(H, columns, rtol=1e-12, atol=1e-15)
+    np.testing.assert_array_equal(H, H.T)
+
+
+def test_nonconvex_problems_declare_no_hessian_matrix():
+    for name in available_problems():
+        if not problem_class(name).convex:
+            assert problem_class(name).hessian_matrix is None, name
+
+
 @pytest.mark.parametrize("name", ["logistic", "softmax", "mlp"])
 def test_accuracy_matches_reference(name):
     problem, A, y, x = make_case(name, {} if name != "mlp" else {"width": 3})
