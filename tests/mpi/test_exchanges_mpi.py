@@ -120,6 +120,16 @@ def test_oversubscribed_the_collectives_wait_asleep_and_deliver_the_same(comm, b
         assert backend.any(comm.rank == comm.size - 1) and not backend.any(False)
         assert backend.bcast(comm.rank) == 0 and backend.allgather(comm.rank) == list(range(comm.size))
         assert backend.agree("bad" if comm.rank == 1 else None) == "bad"
+    # and the crowded backend's waits sleep: a blocking MPICH collective would spin the whole second
+    for collective in (lambda: crowded.max(1.0), lambda: crowded.gather_workers(local, np.empty((2 * comm.size, 3))),
+                       lambda: crowded.bcast(None)):
+        comm.Barrier()
+        if comm.rank != 0:
+            time.sleep(1.0)
+        cpu = time.thread_time()
+        collective()
+        cpu = time.thread_time() - cpu
+        assert comm.rank != 0 or cpu < 0.2, f"rank 0 used {cpu:.2f} s of a core while it waited 1 s"
 
 
 def test_exchange_allgather_uses_mpi_allgather(comm, backends):
