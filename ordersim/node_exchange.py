@@ -49,6 +49,7 @@ from numba import config, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
 from ordersim.jit_clock import seconds
 from ordersim.jit_mpi import allgather
 from ordersim.stall import WAITED, WAITED_FOR, waited_too_long
@@ -273,10 +274,11 @@ def collect(send, recv, link):
     return 0
 
 
-@njit(error_model="numpy", _nrt=False)
+@njit(cache=True, error_model="numpy", _nrt=False)
 def exchange(send, recv, link):
     """publish() then collect(): every rank's ``send`` in rank order into ``recv``, as
-    MPI_Allgather. Returns collect()'s result."""
+    MPI_Allgather. Returns collect()'s result. Cached on disk: oversubscribed, the per-epoch
+    gathers call it from Python (MPIBackend._node_allgather)."""
     publish(send, link)
     return collect(send, recv, link)
 

@@ -107,15 +107,17 @@ class Watchdog:
             with self._lock:
                 self._wait = None
 
-    def raise_if_gave_up(self, where: str) -> None:
-        """After the epoch loop: Stalled when its spin gave up (reset for the next epoch loop)."""
+    def raise_if_gave_up(self, where: str, at_step: bool = True) -> None:
+        """After a shared-memory exchange (the epoch loop's, or a gather's: at_step False, and
+        ``where`` says it all): Stalled when its spin gave up (reset for the next one)."""
         limits = self.limits
         if limits[WAITED_FOR] < 0:
             return
         peer, waited, step = int(limits[WAITED_FOR]), limits[WAITED], int(limits[STEP])
         limits[WAITED_FOR] = -1.0
-        raise Stalled(stall_message(self.rank, waited, f"{where} at step {step} of {self.phase}",
-                                    f"rank {peer}", limits, self._signal_name()))
+        if at_step:
+            where = f"{where} at step {step} of {self.phase}"
+        raise Stalled(stall_message(self.rank, waited, where, f"rank {peer}", limits, self._signal_name()))
 
     def close(self) -> None:
         self._closed.set()

@@ -100,16 +100,23 @@ def test_on_one_core_the_exchange_is_oversubscribed_and_still_exact(comm, backen
         os.sched_setaffinity(0, before)  # this rank's alone: no other rank needed
 
 
-def test_oversubscribed_the_collectives_wait_asleep_and_deliver_the_same(comm, backends):
-    """Pinned to one core, the backend's per-epoch collectives go nonblocking (tested asleep) and
-    the others start with a sleeping barrier: the same results as the blocking ones."""
+def crowded_backend(comm, backends, *options):
+    """An MPIBackend made while every rank is pinned to one core: oversubscribed, whatever this
+    machine is (the pinning is undone at once: only the backend's judgement stays)."""
     before = os.sched_getaffinity(0)
     core = comm.bcast(min(before))
     os.sched_setaffinity(0, {core})
     try:
-        crowded = backends()
+        return backends(*options)
     finally:
         os.sched_setaffinity(0, before)
+
+
+def test_oversubscribed_the_collectives_wait_asleep_and_deliver_the_same(comm, backends):
+    """Oversubscribed, the backend's per-epoch collectives go through the shared-memory window
+    (or, elsewhere, nonblocking, tested asleep) and the others start with a sleeping barrier: the
+    same results as the blocking ones."""
+    crowded = crowded_backend(comm, backends)
     roomy = backends()
     assert crowded.oversubscribed  # roomy: whatever this machine is; the results must not differ
     local = np.arange(6.0).reshape(2, 3) + 10 * comm.rank
@@ -130,6 +137,52 @@ def test_oversubscribed_the_collectives_wait_asleep_and_deliver_the_same(comm, b
         collective()
         cpu = time.thread_time() - cpu
         assert comm.rank != 0 or cpu < 0.2, f"rank 0 used {cpu:.2f} s of a core while it waited 1 s"
+
+
+@pytest.mark.skipif(not node_exchange.SLEEPS, reason="the shared-memory gathers need sleeping waits")
+def test_oversubscribed_on_one_node_the_per_epoch_collectives_go_through_shared_memory(comm, backends):
+    """Oversubscribed, gather_workers and max use the step exchange's window (a nonblocking MPI
+    collective progresses only when its sleeping ranks wake to test it: ~30x slower at 8 ranks on
+    2 cores), in pieces of the window's size, and deliver what MPI_Allgather does."""
+    crowded = crowded_backend(comm, backends)
+    assert crowded.exchange == "shared-memory"
+    local = (np.arange(2 * 5000.0) + 1e5 * comm.rank).reshape(2, 5000)  # 10 000 doubles: 3 pieces
+    want = np.empty((2 * comm.size, 5000))
+    comm.Allgather(local, want)
+    count = lambda: crowded.exchange_link(1)[4][node_exchange.COUNT]  # noqa: E731  (no new window)
+    rows = crowded.gather_workers(local, np.empty((2 * comm.size, 5000)))
+    assert np.array_equal(rows, want)
+    pieces = -(-local.size // crowded.exchange_link(1)[3].shape[1])
+    assert pieces == 3 and count() == pieces
+    assert crowded.max(-float(comm.rank)) == 0.0 and count() == pieces + 1
+    assert crowded.any(comm.rank == 1) and count() == pieces + 2
+    assert np.array_equal(crowded.gather_workers(local[:, :7], np.empty((2 * comm.size, 7))),
+                          want[:, :7]) and count() == pieces + 3
+    # another dtype than float64 takes MPI, and says so by not counting an exchange
+    ints = crowded.gather_workers(np.full((2, 3), comm.rank), np.empty((2 * comm.size, 3), dtype=np.int64))
+    assert np.array_equal(ints[::2, 0], np.arange(comm.size)) and count() == pieces + 3
+
+
+@pytest.mark.skipif(not node_exchange.SLEEPS, reason="the shared-memory gathers need sleeping waits")
+def test_oversubscribed_a_gather_that_waits_too_long_stalls_with_one_line(comm, backends):
+    """A shared-memory gather is bounded by the stall timeout as the steps are: rank 0 gives up
+    on a rank that does not come and raises Stalled naming the wait; the late ranks still finish
+    (rank 0 had published)."""
+    from ordersim.stall import Stalled
+
+    crowded = crowded_backend(comm, backends, "auto", 0.3)
+    local = np.full((1, 4), float(comm.rank))
+    crowded.gather_workers(local, np.empty((comm.size, 4)))  # loaded before the clock runs
+    comm.Barrier()
+    if comm.rank == 0:
+        with pytest.raises(Stalled, match=r"rank 0 waited .* for rank 1 in gathering the workers' "
+                                          r"rows \(shared memory\) during "):
+            crowded.gather_workers(local, np.empty((comm.size, 4)))
+    else:
+        time.sleep(1.5)
+        rows = crowded.gather_workers(local, np.empty((comm.size, 4)))
+        assert np.array_equal(rows[:, 0], np.arange(comm.size))
+    comm.Barrier()
 
 
 def test_exchange_allgather_uses_mpi_allgather(comm, backends):
