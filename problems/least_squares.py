@@ -2,7 +2,6 @@
 
 import numpy as np
 from numba import njit
-from scipy import linalg
 
 from ordersim.problems._kernels import FAST, half_sq_norm, l2_regularizer_gradient, row_dot
 from ordersim.problems.base import Problem
@@ -97,6 +96,7 @@ class LeastSquares(Problem):
     def solve_exact(self, rows):
         if rows.gram is None:
             return None  # too many features for the normal equations: let the solver iterate
+        from scipy import linalg  # here, not at the top: every run imports this module (the registry)
         H = rows.gram + self.options["lam"] * np.eye(rows.gram.shape[0])
         try:
             return linalg.solve(H, rows.moment, assume_a="pos")
