@@ -188,7 +188,7 @@ class MPIBackend(SerialBackend):
         from ordersim import node_exchange
 
         if not (self.oversubscribed and self.exchange == "shared-memory" and node_exchange.SLEEPS
-                and send.dtype == np.float64 and out.dtype == np.float64):
+                and send.dtype == np.float64 and out.dtype == np.float64 and out.flags.c_contiguous):
             return False
         flat = np.ascontiguousarray(send).reshape(-1)
         link = self.exchange_link(min(flat.size, NODE_GATHER_DOUBLES))
@@ -252,10 +252,7 @@ class MPIBackend(SerialBackend):
         the cache: on a cold cache the node compiles it once, not once per rank at the same time
         on the same cores (and the ranks do not write the same cache files at once).
 
-        The others wait in an MPI_Ibarrier that they test every few ms, asleep in between (a
-        blocking MPI_Barrier spins on the cores the compiling rank needs). They are not bounded by
-        the stall timeout, as compilation is not; if the first rank raises, its abort
-        (abort_on_exception's MPI_Abort) ends them. Whether to wait is agreed on first (a rank
+        The others wait asleep (on_node_first). Whether to wait is agreed on first (a rank
         that has the loop already compiled for these types waits with the others rather than
         leave them in the barrier). On several nodes sharing one
         NUMBA_CACHE_DIR each node's first rank compiles, and Numba writes each cache file to a
@@ -268,26 +265,46 @@ class MPIBackend(SerialBackend):
 
         if config.DISABLE_JIT or not cached_on_disk(loop):
             return
-        from mpi4py import MPI
-
         # every rank runs the same loops in the same order, so every rank finds the same key here
         key = (loop, argument_fingerprint(args))
         if key in self._agreed:
             return
         signature = tuple(loop.typeof_pyval(arg) for arg in args)
-        with self._collective(f"agreeing on compiling {loop.__name__} (MPI_Allreduce)"):
-            needed = self._node.allreduce(signature not in loop.overloads, op=MPI.LOR)
+        needed = self.node_any(signature not in loop.overloads)
         self._agreed.add(key)
         if not needed:
             return
-        first = self._node.Get_rank() == 0
-        if first:
+        self.on_node_first(lambda: loop.compile(signature))
+        if self.node_rank != 0:
             loop.compile(signature)
+
+    @property
+    def node_rank(self) -> int:
+        """This rank's place among the ranks of its node (MPI_COMM_TYPE_SHARED)."""
+        return self._node.Get_rank()
+
+    @property
+    def node_size(self) -> int:
+        return self._node.Get_size()
+
+    def node_any(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on any rank of this node. Collective over the node."""
+        from mpi4py import MPI
+
+        with self._collective("an agreement of the node's ranks (MPI_Allreduce)"):
+            return bool(self._node.allreduce(bool(flag), op=MPI.LOR))
+
+    def on_node_first(self, work) -> None:
+        """work() on the node's first rank while the node's other ranks wait in an MPI_Ibarrier
+        that they test every few ms, asleep in between (a blocking MPI_Barrier spins on the cores
+        the working rank needs). Not bounded by the stall timeout (the work compiles, which never
+        was); if the first rank raises, its abort (abort_on_exception's MPI_Abort) ends the
+        others. Collective over the node."""
+        if self.node_rank == 0:
+            work()
         waiting = self._node.Ibarrier()
         while not waiting.Test():
             time.sleep(COMPILE_POLL_SECONDS)
-        if not first:
-            loop.compile(signature)
 
     def close(self):
         # not watched: after a stop the other ranks wait here while rank 0 writes the checkpoint

@@ -66,6 +66,21 @@ def kernel_digest(kernel) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def code_state() -> str:
+    """A digest of everything a cached kernel's machine code depends on besides its own types:
+    the registered trees, the Python, NumPy, Numba and llvmlite versions and the host CPU. Two
+    processes with the same code state load each other's cached kernels."""
+    import llvmlite
+    import numba
+    import numpy
+    from llvmlite import binding
+
+    parts = [str(tree_digest(root)) for root in _TREES]
+    parts += [sys.version, numpy.__version__, numba.__version__, llvmlite.__version__,
+              binding.get_host_cpu_name(), binding.get_host_cpu_features().flatten()]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
 def cached_on_disk(dispatcher) -> bool:
     """Whether Numba caches this dispatcher's machine code on disk (``cache=True``, cacheable)."""
     return not isinstance(getattr(dispatcher, "_cache", None), (caching.NullCache, type(None)))

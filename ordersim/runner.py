@@ -18,6 +18,7 @@ from ordersim.output import OutputLock, input_files, same_file
 from ordersim.stall import EXIT_STALLED
 from ordersim.sweep import Cell, config_cells, select_cell
 from ordersim.trace import EXIT_TRACE_WRITE, TraceWriteError
+from ordersim.warm import warm_node_first
 
 DESCRIPTION = f"""\
 Synchronous data-parallel SGD over m workers with each orderer and seed; traces go to one HDF5 file
@@ -166,6 +167,7 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
             return 0
         stop_at_phase_boundary(backend, stop, "checking the config and the output")
         state = broadcast_resume(backend, state)
+        warm_node_first(config, backend)  # a cold cache: each node compiles once, not in every rank
         with compile_notice(f"the kernels of {config.problem} (for its constants)",
                             rank == 0 and not config.quiet):
             setup = prepare(config, backend, stop)

@@ -265,3 +265,32 @@ def test_ranks_that_have_the_loop_compiled_wait_with_the_others(tmp_path, ranks)
     result = run_mpi(ranks, [str(script)], timeout=120)  # not a hang
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("ran the loop") == ranks, result.stdout
+
+
+@pytest.mark.mpi
+@NEEDS_JIT
+def test_on_a_cold_cache_the_node_compiles_each_kernel_once_and_its_ranks_load_it(tmp_path):
+    """At mpiexec -n 4 on an empty NUMBA_CACHE_DIR the node's first rank compiles the config's
+    kernels (warm.warm_node_first: its serial kernels on a stand-in, the orderers' MPI kernels,
+    then the MPI loop) while the other ranks wait: every cache file is saved once, not once per
+    rank. A second job on that cache compiles and warms nothing, and traces the same bits."""
+    from test_simulator import assert_bitwise_equal, contents
+
+    def job(name):
+        out = tmp_path / f"{name}.h5"
+        result = run_mpi(4, ["-m", "ordersim", "--backend", "mpi", "--data", "synthetic:classification?n=160&d=4",
+                             "--epochs", "1", "--workers", "4", "--orderers", "rr", "cd-grab", "--seeds", "0",
+                             "--no-herding", "--cache-dir", str(tmp_path / "constants"), "--out", str(out)],
+                         timeout=600, env={"NUMBA_DEBUG_CACHE": "1", "NUMBA_CACHE_DIR": str(tmp_path / "numba")})
+        assert result.returncode == 0, result.stderr
+        saved = [line.split("'")[1] for line in result.stdout.splitlines() if "data saved to" in line]
+        return out, result.stderr, saved
+
+    cold, notices, saved = job("cold")
+    assert any("pair_balance_observe" in path for path in saved)  # cd-grab's kernel of MPI steps
+    assert saved and not {path for path in saved if saved.count(path) > 1}, \
+        "a cache file was compiled and saved by several ranks"
+    assert "once for the node's ranks, which wait and then load them" in notices
+    warm, notices, saved = job("warm")
+    assert saved == [] and "compiling" not in notices, notices
+    assert_bitwise_equal(contents(cold), contents(warm))
