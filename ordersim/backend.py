@@ -48,6 +48,7 @@ class SerialBackend:
     name = "serial"
     rank, size = 0, 1
     exchange = "none"  # how ranks exchange each step's buffers (MPIBackend)
+    mpi_steps = False  # whether the steps exchange between ranks (MPIBackend)
     phase = "the set-up"  # where the job is: named when a wait stalls (MPIBackend)
 
     def __init__(self, workers: int):
@@ -144,7 +145,19 @@ class MPIBackend(SerialBackend):
         self.exchange = "shared-memory" if shared else "allgather"
         self._slots = None
         self._calls = np.zeros(1, np.int64)  # the MPI_Allgather exchanges: the watchdog's progress
+        self.mpi_steps = self.size > 1  # one rank alone runs the serial backend's faster steps
         self._agreed = set()  # (loop, its argument types) whose compiling the ranks agreed on
+
+    @classmethod
+    def alone(cls, workers: int) -> "MPIBackend":
+        """A backend of this rank alone (MPI_COMM_SELF) whose steps still take a job's path: the
+        MPI epoch loop and the orderers' per-step kernels, exchanging with itself. One rank
+        compiles with it what every rank of a job runs (warm.warm_node_first)."""
+        from mpi4py import MPI
+
+        backend = cls(workers, MPI.COMM_SELF)
+        backend.mpi_steps = True
+        return backend
 
     @property
     def phase(self) -> str:

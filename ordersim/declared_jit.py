@@ -60,13 +60,6 @@ class DeclaredSignaturesDispatcher(CPUDispatcher):
         return states
 
 
-def compile_declared(kernel) -> None:
-    """Compile (or load from the cache) a declared kernel's signatures now, as its first use
-    would; nothing for any other kernel."""
-    if isinstance(kernel, DeclaredSignaturesDispatcher):
-        kernel._compile_declared()
-
-
 def njit_declared(signatures, cache=False, **options):
     """Decorator: ``numba.njit(signatures, cache=cache, **options)``, compiled at first use."""
     def decorate(function):

@@ -27,7 +27,6 @@ from ordersim.checkpoint import (CheckpointError, StopRequest, checkpoint_path, 
                                  new_run_id, normalized, remove_temporaries)
 from ordersim.checkpoint import save as save_checkpoint
 from ordersim.compile_notice import compile_notice
-from ordersim.declared_jit import compile_declared
 from ordersim.config import Config, ConfigError, check_fields  # noqa: F401  (check_fields: the set-up's first step)
 from ordersim.orderers import build_orderer
 from ordersim.orderers._projection import project_rows
@@ -348,7 +347,7 @@ class Run:
         two halves."""
         s, config, orderer = self.setup, self.setup.config, self.orderer
         m, n, b, d, local = self.m, self.n, self.b, self.d, self.local
-        serial = s.backend.size == 1
+        serial = not s.backend.mpi_steps
         if not orderer.needs_gradients:
             mode, kernel = engine.NO_GRADIENTS, engine.no_observer
         elif not serial:
@@ -532,7 +531,7 @@ def warm_up_slice(setup: Setup) -> Setup:
     return replace(setup, A=A, y=y, n=n, shards=setup.shards[:, :n])
 
 
-def warm_up(setup: Setup, orderer_name: str, seed: int, mpi_kernels: bool = False) -> float:
+def warm_up(setup: Setup, orderer_name: str, seed: int) -> float:
     """Compile what a run of this orderer calls before its clock starts; the seconds it took.
 
     A throwaway Run trains one epoch (step size 0) on a slice of every worker's shard
@@ -540,14 +539,10 @@ def warm_up(setup: Setup, orderer_name: str, seed: int, mpi_kernels: bool = Fals
     kernels and the measurement for these argument types here and not in the first timed epoch.
     Collective under MPI (every rank warms up alike); it touches no state of the real run (its
     own model, orderer and clock). A measurement plug-in whose values do not fit its declaration
-    raises ConfigError here, on every rank. With ``mpi_kernels`` (a serial warm-up for the ranks
-    of an MPI run: warm.warm_node_first) also the orderer kernel that the MPI backend's steps
-    call where a serial epoch calls its pair-difference kernel (Run.epoch_inputs).
+    raises ConfigError here, on every rank.
     """
     start = time.perf_counter()
     scratch = Run(warm_up_slice(setup), orderer_name, seed)
-    if mpi_kernels and scratch.orderer.needs_gradients:
-        compile_declared(scratch.orderer.kernel)
     scratch.train_epoch(1, 0.0)
     scratch.defer_measurement_errors = True
     scratch.measure(1)

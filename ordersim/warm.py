@@ -46,15 +46,15 @@ def stand_in(config):
     return replace(config, data=f"{STAND_INS[kind]}&n={rows}", backend="serial", remainder="drop")
 
 
-def warm_config(config, warmed: set, notices: bool = True, mpi_kernels: bool = False) -> None:
-    """Compile and cache what a run of ``config`` (checked, serial) compiles, on its stand-in in
-    this process (with ``mpi_kernels``, also the orderer kernels MPI steps call: warm_up); the
+def warm_config(config, warmed: set, notices: bool = True, backend=None) -> None:
+    """Compile and cache what a run of ``config`` (checked) compiles, on its stand-in in this
+    process, with the serial backend or ``backend`` (MPIBackend.alone: a job's MPI kernels); the
     (problem, orderer) pairs in ``warmed`` are skipped, the new ones added."""
     from ordersim.backend import SerialBackend
     from ordersim.compile_notice import compile_notice
     from ordersim.simulate import prepare, warm_up
 
-    suffix = " (once for the node's ranks, which wait and then load them)" if mpi_kernels else ""
+    suffix = " (once for the node's ranks, which wait and then load them)" if backend else ""
     problem = (config.problem, json.dumps(config.problem_options, sort_keys=True))
     todo = [name for name in config.orderers if (problem, name) not in warmed]
     if not todo:
@@ -62,10 +62,10 @@ def warm_config(config, warmed: set, notices: bool = True, mpi_kernels: bool = F
     with tempfile.TemporaryDirectory() as constants_cache:  # the stand-in's constants: not kept
         config = replace(stand_in(config), cache_dir=constants_cache)
         with compile_notice(f"the kernels of {config.problem}{suffix}", notices):
-            setup = prepare(config, SerialBackend(config.workers))
+            setup = prepare(config, backend or SerialBackend(config.workers))
         for name in todo:
             with compile_notice(f"the kernels of {name} on {config.problem}{suffix}", notices):
-                warm_up(setup, name, config.seeds[0], mpi_kernels)
+                warm_up(setup, name, config.seeds[0])
             warmed.add((problem, name))
 
 
@@ -97,9 +97,10 @@ def warm_marker(config) -> str | None:
 
 def warm_node_first(config, backend) -> None:
     """Under MPI, on a cold cache: the node's first rank compiles and caches the kernels of
-    ``config`` (warm_config, on the stand-in) while the node's other ranks wait asleep; then every
-    rank's set-up and warm-up load them from the cache. Without it every rank of a node compiles
-    every kernel at once, on the same cores (`mpiexec -n 8` on 2 cores: 8 compilations, ~95 s).
+    ``config`` (warm_config on the stand-in, with a backend of its own that takes the MPI steps:
+    MPIBackend.alone) while the node's other ranks wait asleep; then every rank's set-up and
+    warm-up load them from the cache. Without it every rank of a node compiles every kernel at
+    once, on the same cores (`mpiexec -n 8` on 2 cores: 8 compilations, ~95 s).
 
     Cold means the first rank finds no warm_marker; the marker is written after the warm-up. A
     wrong answer costs time only: a missing marker one warm-up of cached kernels on the first
@@ -114,12 +115,15 @@ def warm_node_first(config, backend) -> None:
         return
 
     def warm() -> None:
+        alone = type(backend).alone(config.workers)
         try:
-            warm_config(config, set(), backend.rank == 0 and not config.quiet, mpi_kernels=True)
+            warm_config(config, set(), backend.rank == 0 and not config.quiet, alone)
             with open(marker, "w") as f:
                 f.write(f"ordersim warmed {config.problem} with {', '.join(config.orderers)}\n")
         except Exception:  # noqa: BLE001  (the run meets a config's error itself; a marker
             pass           # that cannot be written only means warming again next time)
+        finally:
+            alone.close()
 
     backend.on_node_first(warm)
 
