@@ -144,6 +144,12 @@ CACHE_PROBE = textwrap.dedent('''
 ''')
 
 
+def cache_events(output: str) -> list[tuple[str, str]]:
+    """("saved" or "loaded", path) of every file in Numba's cache log (NUMBA_DEBUG_CACHE),
+    found in the whole output: the ranks write to one pipe, and two ranks' lines can run into one."""
+    return re.findall(r"data (saved|loaded) (?:to|from) '([^']*)'", output)
+
+
 def mpi_loop_cache_events(ranks, problem, tmp_path, run, *args):
     """Run the probe problem under mpiexec; Numba's own cache log (NUMBA_DEBUG_CACHE, one line
     per file it saves or loads, from every rank) counts how many ranks compiled the MPI epoch
@@ -156,16 +162,16 @@ def mpi_loop_cache_events(ranks, problem, tmp_path, run, *args):
                      timeout=300, env={"NUMBA_DEBUG_CACHE": "1"})
     assert result.returncode == 0, result.stderr
     assert "Cannot cache" not in result.stderr, result.stderr
-    lines = [line for line in result.stdout.splitlines() if "engine.epoch_steps_mpi_" in line]
-    return out, sum("data saved to" in line for line in lines), sum("data loaded from" in line for line in lines), lines
+    loops = [(kind, path) for kind, path in cache_events(result.stdout) if "engine.epoch_steps_mpi_" in path]
+    return out, sum(kind == "saved" for kind, _ in loops), sum(kind == "loaded" for kind, _ in loops), loops
 
 
-def remove_probe_entries(cache_lines):
+def remove_probe_entries(loop_events):
     """Remove the probe's loops from ordersim's cache directory (in-tree or NUMBA_CACHE_DIR, which
     the test leaves as it found it): the files named with its kernel digest, read off the MPI
     loop's file name in Numba's log."""
-    for line in cache_lines[:1]:
-        path = Path(line.split("'")[1])
+    for _, name in loop_events[:1]:
+        path = Path(name)
         digest = re.search(r"_([0-9a-f]{16})-\d+\.", path.name).group(1)
         for entry in path.parent.glob(f"*_{digest}-*"):
             entry.unlink()
@@ -186,14 +192,14 @@ def test_the_mpi_loop_is_compiled_by_one_rank_then_loaded_from_the_cache(tmp_pat
 
     problem = tmp_path / "cache_probe.py"
     problem.write_text(CACHE_PROBE)
-    first, saved, loaded, lines = mpi_loop_cache_events(4, problem, tmp_path, "cold")
+    first, saved, loaded, loops = mpi_loop_cache_events(4, problem, tmp_path, "cold")
     try:
         assert (saved, loaded) == (1, 3), "one rank compiled the loop, the others loaded it"
         second, saved, loaded, _ = mpi_loop_cache_events(2, problem, tmp_path, "warm", "--exchange", "allgather")
         assert (saved, loaded) == (0, 2), "every rank loaded the loop, none compiled it"
         assert_bitwise_equal(contents(first), contents(second))
     finally:
-        remove_probe_entries(lines)
+        remove_probe_entries(loops)
 
 
 # The node's first rank fails to compile its loop (a typing error on that rank only) while the
@@ -283,7 +289,7 @@ def test_on_a_cold_cache_the_node_compiles_each_kernel_once_and_its_ranks_load_i
                              "--no-herding", "--cache-dir", str(tmp_path / "constants"), "--out", str(out)],
                          timeout=600, env={"NUMBA_DEBUG_CACHE": "1", "NUMBA_CACHE_DIR": str(tmp_path / "numba")})
         assert result.returncode == 0, result.stderr
-        saved = [line.split("'")[1] for line in result.stdout.splitlines() if "data saved to" in line]
+        saved = [path for kind, path in cache_events(result.stdout) if kind == "saved"]
         return out, result.stderr, saved
 
     cold, notices, saved = job("cold")
