@@ -210,8 +210,8 @@ class MPIBackend(SerialBackend):
         for start in range(0, flat.size, piece):
             part = flat[start:start + piece]
             gathered = np.empty((self.size, part.size))
-            self._compile_in_node_order(node_exchange.exchange, (part, gathered, link))
-            if node_exchange.exchange(part, gathered, link) == node_exchange.STALLED:
+            self._compile_in_node_order(node_exchange.exchange_from_python, (part, gathered, link))
+            if node_exchange.exchange_from_python(part, gathered, link) == node_exchange.STALLED:
                 self.watchdog.raise_if_gave_up(f"{what} (shared memory) during {self.phase}", at_step=False)
             rows[:, start:start + part.size] = gathered
         return True

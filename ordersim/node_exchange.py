@@ -42,6 +42,7 @@ import ctypes
 import os
 import platform
 import sys
+from types import FunctionType
 
 import numpy as np
 from llvmlite import ir
@@ -51,7 +52,7 @@ from numba.extending import intrinsic
 
 from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
 from ordersim.jit_clock import seconds
-from ordersim.jit_mpi import allgather
+from ordersim.jit_mpi import ABI, allgather
 from ordersim.stall import WAITED, WAITED_FOR, waited_too_long
 
 AVAILABLE = hasattr(os, "sched_yield")  # POSIX; elsewhere every exchange is an MPI_Allgather
@@ -274,13 +275,27 @@ def collect(send, recv, link):
     return 0
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
+@njit(error_model="numpy", _nrt=False)
 def exchange(send, recv, link):
     """publish() then collect(): every rank's ``send`` in rank order into ``recv``, as
-    MPI_Allgather. Returns collect()'s result. Cached on disk: oversubscribed, the per-epoch
-    gathers call it from Python (MPIBackend._node_allgather)."""
+    MPI_Allgather. Returns collect()'s result."""
     publish(send, link)
     return collect(send, recv, link)
+
+
+def _named_for_abi(function):
+    """``function``'s jitted code as a kernel of its own, cached on disk under a name that
+    carries jit_mpi.ABI: the MPI handles' sizes shape its MPI_Allgather call, while the
+    argument types that Numba's cache is keyed on are the same under MPICH and Open MPI (one
+    cache directory serves both, as for the MPI epoch loop: engine.problem_loop)."""
+    name = f"{function.__name__}_{ABI}"
+    copy = FunctionType(function.__code__, function.__globals__, name, function.__defaults__)
+    copy.__qualname__, copy.__module__, copy.__doc__ = name, function.__module__, function.__doc__
+    return njit(cache=True, error_model="numpy", _nrt=False)(copy)
+
+
+# exchange() called from Python: oversubscribed, the per-epoch gathers (MPIBackend._node_allgather)
+exchange_from_python = exchange if config.DISABLE_JIT else _named_for_abi(exchange.py_func)
 
 
 def usable_cores(comm) -> int:

@@ -83,7 +83,7 @@ def warm_marker(config) -> str | None:
 
     from ordersim import node_exchange, numba_cache
 
-    directory = getattr(getattr(node_exchange.exchange, "_cache", None), "_cache_path", None)
+    directory = getattr(getattr(node_exchange.exchange_from_python, "_cache", None), "_cache_path", None)
     if directory is None:
         return None
     fields = {k: v for k, v in asdict(config).items() if k not in RUN_ONLY_FIELDS}
