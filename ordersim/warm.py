@@ -77,11 +77,13 @@ RUN_ONLY_FIELDS = ("data", "data_seed", "epochs", "lr", "lr_decay", "lr_step", "
 
 def warm_marker(config) -> str | None:
     """The file whose presence says that this node's Numba cache holds the kernels of ``config``
-    for this code state (numba_cache.code_state), beside the cached kernels themselves (so that
-    clearing the cache clears it); None without a cache directory."""
+    for this code state (numba_cache.code_state) and MPI library (jit_mpi.ABI: the MPI loop's
+    code differs), beside the cached kernels themselves (so that clearing the cache clears it);
+    None without a cache directory."""
     from dataclasses import asdict
 
     from ordersim import node_exchange, numba_cache
+    from ordersim.jit_mpi import ABI
 
     directory = getattr(getattr(node_exchange.exchange_from_python, "_cache", None), "_cache_path", None)
     if directory is None:
@@ -91,7 +93,7 @@ def warm_marker(config) -> str | None:
         if os.path.isfile(name):  # a user's file: its own state
             info = os.stat(name)
             fields[f"file {os.path.realpath(name)}"] = [info.st_size, info.st_mtime_ns]
-    text = json.dumps([numba_cache.code_state(), fields], sort_keys=True, default=str)
+    text = json.dumps([numba_cache.code_state(), ABI, fields], sort_keys=True, default=str)
     return os.path.join(directory, f"ordersim-warm-{hashlib.sha256(text.encode()).hexdigest()[:16]}")
 
 
