@@ -30,18 +30,28 @@ NODE_GATHER_DOUBLES = 4096
 
 
 def argument_fingerprint(args) -> tuple:
-    """What Numba's dispatcher keys its compiled versions on, per argument (~1 us for the epoch
-    loop's named tuples of arrays, where typeof takes some 100 us per argument: every epoch, in
-    every rank): a key that tells whether these arguments' types were seen before. Numba's
-    internal C function; typeof where it is missing or refuses a value."""
+    """A key that tells whether these arguments' types were seen before: what Numba's dispatcher
+    keys its compiled versions on, per argument (~1 us for the epoch loop's named tuples of
+    arrays, where typeof takes some 100 us per argument: every epoch, in every rank)."""
+    return tuple(_fingerprint(arg) for arg in args)
+
+
+def _fingerprint(value):
+    """Numba's dispatch fingerprint of ``value`` (its internal C function); field by field for a
+    tuple it refuses (the epoch loop's observer holds a first-class function), typeof for any
+    other value it refuses, or without it."""
+    from numba import typeof
+
     try:
         from numba._dispatcher import compute_fingerprint
 
-        return tuple(compute_fingerprint(arg) for arg in args)
-    except (ImportError, ValueError, TypeError, NotImplementedError):
-        from numba import typeof
-
-        return tuple(typeof(arg) for arg in args)
+        return compute_fingerprint(value)
+    except ImportError:
+        return typeof(value)
+    except (ValueError, TypeError, NotImplementedError):
+        if isinstance(value, tuple):
+            return (type(value), *(_fingerprint(field) for field in value))
+        return typeof(value)
 
 
 class SerialBackend:
