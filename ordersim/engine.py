@@ -8,7 +8,6 @@ visit order, and the workers' sums are added in worker order. That is what makes
 identical whatever the number of ranks.
 """
 
-from types import FunctionType
 from typing import NamedTuple
 
 import numpy as np
@@ -81,7 +80,7 @@ def gradients_kernel(batch_grads, template=loss_dropped, args=STEP_KERNEL_ARGS):
                    if key not in ("cache", "inline", "nopython")}
         digest = numba_cache.kernel_digest(batch_grads)
         names = dict(globals(), batch_grads=njit(inline="always", **options)(batch_grads.py_func))
-        copy = _copy(template, names, f"{template.__name__}_{digest or 'uncached'}")
+        copy = numba_cache.function_copy(template, names, f"{template.__name__}_{digest or 'uncached'}")
         compiled = njit(cache=digest is not None, **options)(copy)
         try:
             compiled.compile(args)
@@ -498,18 +497,10 @@ def _problem_names(kernel, exchanging: bool, linear) -> dict:
         names.update(STALLED=node_exchange.STALLED, STEP=stall.STEP, collect=node_exchange.collect,
                      exchange_rows=node_exchange.exchange, publish=node_exchange.publish)
     for name, options in _STEP_HELPERS.items():
-        helper = _copy(globals()[name], names)
+        helper = numba_cache.function_copy(globals()[name], names)
         names[name] = helper if config.DISABLE_JIT else njit(error_model="numpy", **options)(helper)
     _NAMES[key] = names
     return names
-
-
-def _copy(function, names: dict, qualname: str | None = None):
-    """The plain function `function` with globals `names` (and the given qualified name)."""
-    copy = FunctionType(function.__code__, names, function.__name__, function.__defaults__)
-    copy.__qualname__ = qualname or function.__qualname__
-    copy.__doc__, copy.__module__ = function.__doc__, function.__module__
-    return copy
 
 
 def problem_loop(template, kernel, exchanging: bool = False, linear=None, **options):
@@ -545,7 +536,7 @@ def problem_loop(template, kernel, exchanging: bool = False, linear=None, **opti
         from ordersim.jit_mpi import ABI
 
         backend = f"mpi_{ABI}"
-    loop = _copy(template, names, f"{template.__name__}_{backend}_{digest or 'uncached'}")
+    loop = numba_cache.function_copy(template, names, f"{template.__name__}_{backend}_{digest or 'uncached'}")
     if not config.DISABLE_JIT:
         loop = njit(error_model="numpy", cache=digest is not None, **options)(loop)
     _LOOPS[key] = loop

@@ -42,7 +42,6 @@ import ctypes
 import os
 import platform
 import sys
-from types import FunctionType
 
 import numpy as np
 from llvmlite import ir
@@ -50,7 +49,7 @@ from numba import config, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
+from ordersim import numba_cache  # before the cached kernels: stamps them
 from ordersim.jit_clock import seconds
 from ordersim.jit_mpi import ABI, allgather
 from ordersim.stall import WAITED, WAITED_FOR, waited_too_long
@@ -283,19 +282,12 @@ def exchange(send, recv, link):
     return collect(send, recv, link)
 
 
-def _named_for_abi(function):
-    """``function``'s jitted code as a kernel of its own, cached on disk under a name that
-    carries jit_mpi.ABI: the MPI handles' sizes shape its MPI_Allgather call, while the
-    argument types that Numba's cache is keyed on are the same under MPICH and Open MPI (one
-    cache directory serves both, as for the MPI epoch loop: engine.problem_loop)."""
-    name = f"{function.__name__}_{ABI}"
-    copy = FunctionType(function.__code__, function.__globals__, name, function.__defaults__)
-    copy.__qualname__, copy.__module__, copy.__doc__ = name, function.__module__, function.__doc__
-    return njit(cache=True, error_model="numpy", _nrt=False)(copy)
-
-
-# exchange() called from Python: oversubscribed, the per-epoch gathers (MPIBackend._node_allgather)
-exchange_from_python = exchange if config.DISABLE_JIT else _named_for_abi(exchange.py_func)
+# exchange() called from Python (oversubscribed, the per-epoch gathers: MPIBackend._node_allgather),
+# cached on disk under a name that carries jit_mpi.ABI: the MPI handles' sizes shape its
+# MPI_Allgather call, while the argument types Numba's cache is keyed on are the same under MPICH
+# and Open MPI (one cache directory serves both, as for the MPI epoch loop: engine.problem_loop).
+exchange_from_python = exchange if config.DISABLE_JIT else njit(cache=True, error_model="numpy", _nrt=False)(
+    numba_cache.function_copy(exchange.py_func, qualname=f"exchange_{ABI}"))
 
 
 def usable_cores(comm) -> int:

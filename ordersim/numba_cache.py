@@ -28,6 +28,7 @@ import os
 import stat
 import sys
 from pathlib import Path
+from types import FunctionType
 
 from numba.core import caching
 
@@ -64,6 +65,16 @@ def kernel_digest(kernel) -> str | None:
         return None
     text = f"{module.__name__}\0{py_func.__qualname__}\0{path}\0{state}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def function_copy(function, names: dict | None = None, qualname: str | None = None):
+    """The plain function ``function`` with other globals ``names`` and the qualified name
+    ``qualname`` (Numba names its cache entry by it): a kernel of its own, cached apart."""
+    copy = FunctionType(function.__code__, function.__globals__ if names is None else names,
+                        function.__name__, function.__defaults__)
+    copy.__qualname__ = qualname or function.__qualname__
+    copy.__doc__, copy.__module__ = function.__doc__, function.__module__
+    return copy
 
 
 def code_state() -> str:
