@@ -297,6 +297,36 @@ def test_on_a_cold_cache_the_node_compiles_each_kernel_once_and_its_ranks_load_i
     assert saved and not {path for path in saved if saved.count(path) > 1}, \
         "a cache file was compiled and saved by several ranks"
     assert "once for the node's ranks, which wait and then load them" in notices
+    markers = list((tmp_path / "numba").rglob("ordersim-warm-*"))
+    assert len(markers) == 1, markers
+    written = markers[0].stat().st_mtime_ns
     warm, notices, saved = job("warm")
     assert saved == [] and "compiling" not in notices, notices
+    # the marker found: no second warm-up (which would write it again)
+    assert list((tmp_path / "numba").rglob("ordersim-warm-*")) == markers
+    assert markers[0].stat().st_mtime_ns == written
     assert_bitwise_equal(contents(cold), contents(warm))
+
+
+@NEEDS_JIT
+def test_the_warm_marker_changes_with_what_chooses_kernels_only(tmp_path):
+    """Run-only fields (seeds, epochs, step size, output, data) keep the node's warm marker, so
+    that a warm cache is not warmed again; the orderers, a problem option, the batch or an edit of
+    a user's problem file change it."""
+    from dataclasses import replace
+
+    from ordersim.config import build_config
+    from ordersim.warm import warm_marker
+
+    problem = tmp_path / "my_problem.py"
+    problem.write_text(CACHE_PROBE)
+    config = build_config({"problem": str(problem)})
+    marker = warm_marker(config)
+    assert marker is not None
+    for same in (dict(seeds=[7]), dict(epochs=3), dict(lr=0.01), dict(out="x.h5"),
+                 dict(data="synthetic:classification?n=100&d=3")):
+        assert warm_marker(replace(config, **same)) == marker, same
+    for other in (dict(orderers=["rr"]), dict(problem_options={"lam": 1.0}), dict(batch=4)):
+        assert warm_marker(replace(config, **other)) != marker, other
+    problem.write_text(CACHE_PROBE + "\n# edited\n")
+    assert warm_marker(config) != marker
