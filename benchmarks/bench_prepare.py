@@ -14,8 +14,10 @@ gradients and d x d Hessians over the subsample, then sigma*^2 and zeta*^2).
 Then the best of 3 rr epochs (`Run.train_epoch`, after a warm-up on a slice), and a vectorized read
 of the rows (bench_orderers' `read_sum`): each phase is printed in seconds, in rr epochs and as the
 bandwidth of one pass over the rows (their bytes over its seconds) in % of that read's; then the
-solver's gradient passes and Hessian-vector products the same way, and how many synthetic blocks
-were generated against how many there are.
+solver's gradient passes and Hessian-vector products the same way; the data plan's time generating
+the rows, next to a first touch of as much fresh memory as the rows take (what the machine's page
+faults cost the data plan, which keeps its rows in such memory; docs/performance.md); and how many
+synthetic blocks were generated against how many there are.
 Target (issue #23): data and constants within 5 rr epochs; every pass over the rows at >= 50 % of
 the read's bandwidth; synthetic rows generated once.
 With --ranks R the script re-launches itself as `mpiexec -n R` (mpiexec next to this Python) and
@@ -86,7 +88,7 @@ def main(argv=None):
                         str(Path(__file__).resolve()), "--mpi-part", "--examples", str(N)], check=False, cwd=ROOT)
         return
 
-    from ordersim import constants, data
+    from ordersim import aligned, constants, data
     from ordersim.backend import SerialBackend
     from ordersim.constants import WorkerRows
     from ordersim.simulate import Run, Setup, _plan, learning_rate
@@ -148,6 +150,15 @@ def main(argv=None):
         read_sum(A)
         read = min(read, time.perf_counter() - start)
     gb = A.nbytes / 1e9
+    # The machine's cost of memory never touched before, for as many bytes as the rows (the data
+    # plan keeps the rows it generates in such memory): allocated as the rows are, with NumPy
+    # (which asks for transparent huge pages), while the rows still exist, so none of their pages
+    # can be reused.
+    fresh = aligned.empty(A.shape)
+    start = time.perf_counter()
+    fresh.fill(0.0)
+    first_touch = time.perf_counter() - start
+    del fresh
 
     def bandwidth(passes, seconds):  # GB/s of `passes` passes over the rows, and % of the read's
         rate = passes * gb / max(seconds, 1e-12)
@@ -167,6 +178,9 @@ def main(argv=None):
           f"one read of the rows each; {setup_hessian.seconds:.2f} s more for what depends on x alone)")
     print(f"  solver's subsample: {subsample_grad.calls / M:.0f} gradients ({subsample_rows[0] / N:.2f} passes, "
           f"{subsample_grad.seconds:.2f} s), {hessian_matrix.calls / M:.0f} d x d Hessians ({hessian_matrix.seconds:.2f} s)")
+    print(f"  of the data plan: generating the rows {block.seconds:.2f} s ({block.seconds / epoch:.1f} rr epochs); "
+          f"a first touch of as much fresh memory as the rows {first_touch:.2f} s ({first_touch / epoch:.1f} rr "
+          f"epochs: this machine's page faults)")
     blocks = -(-N // data.SYNTHETIC_BLOCK)
     print(f"  synthetic blocks generated: {block.calls} of {blocks} (target: each once)")
 

@@ -169,6 +169,18 @@ class InMemoryRows:
         return self.X[b * self.block_rows:(b + 1) * self.block_rows], None
 
 
+@njit(cache=True, error_model="numpy")
+def scaled_normals(rng, rows, scales):
+    """rng.normal(size=(rows, d)) * scales, the same bits and the same state of rng after. Numba's
+    Generator.normal is NumPy's ziggurat, with the bit generator's draws inlined: a third of
+    NumPy's time per draw, and the scaling in the same pass (docs/performance.md)."""
+    out = np.empty((rows, scales.shape[0]))
+    for i in range(rows):
+        for j in range(scales.shape[0]):
+            out[i, j] = rng.normal(0.0, 1.0) * scales[j]
+    return out
+
+
 class SyntheticRows:
     """Rows of a synthetic data set; block b of SYNTHETIC_BLOCK rows draws from its own stream
     (purpose "data", worker 1 + b), so any block is generated without the ones before it."""
@@ -207,7 +219,7 @@ class SyntheticRows:
         lo = b * self.block_rows
         rows = min(self.block_rows, self.rows - lo)
         rng = stream(self.seed, "data", 1 + b, _GENERATE)
-        X = (rng.normal(size=(rows, self.features)) * self.scales) @ self.Q.T
+        X = scaled_normals(rng, rows, self.scales) @ self.Q.T
         if self.kind == "regression":
             return X, X @ self.x_true + self.options["noise"] * rng.normal(size=rows)
         Z = X @ self.W.T / np.sqrt(np.mean(self.scales**2))  # logits of unit scale, times sep
