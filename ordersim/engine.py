@@ -160,13 +160,18 @@ def apply_update(x, velocity, worker_sums, count, lr, momentum, weight_decay, to
     is scratch for the sum (the step loops allocate nothing).
     """
     m, d = worker_sums.shape
-    total[:] = 0.0
-    for w in range(m):
+    for k in range(d):  # the sum from 0.0; its first term written in the same pass as the zeroing
+        total[k] = 0.0 + worker_sums[0, k]
+    for w in range(1, m):
         for k in range(d):
             total[k] += worker_sums[w, k]
+    # A power of two divides exactly as its reciprocal multiplies (the same bits); the
+    # multiplication costs a fraction of the division, which bounded a step at small b.
+    inverse = 1.0 / count
+    exact = count & (count - 1) == 0
     finite = True
     for k in range(d):
-        g = total[k] / count + weight_decay * x[k]
+        g = (total[k] * inverse if exact else total[k] / count) + weight_decay * x[k]
         if momentum != 0.0:
             velocity[k] = momentum * velocity[k] + g
             g = velocity[k]
