@@ -230,6 +230,30 @@ def test_worker_order_sums_match_numpy():
     np.testing.assert_allclose(out, grads.sum(axis=1), rtol=1e-14)
 
 
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 6, 8, 12, 64])
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_apply_update_is_bitwise_the_plain_division(count, momentum):
+    """The update against its NumPy reference, bit for bit: the workers' sums added from 0.0 in
+    worker order, divided by the count (a power of two multiplies by its reciprocal instead),
+    then weight decay, momentum and the step; values from subnormal to huge and a -0.0 sum."""
+    rng = np.random.default_rng(count)
+    m, d = 3, 40
+    sums = rng.normal(size=(m, d)) * 10.0 ** rng.integers(-310, 300, size=(m, d))
+    sums[:, 0] = -0.0
+    x, velocity = rng.normal(size=d), rng.normal(size=d)
+    lr, weight_decay = 0.05, 1e-3
+    total = 0.0 + sums[0]
+    for w in range(1, m):
+        total = total + sums[w]
+    g = total / count + weight_decay * x
+    v_expected = momentum * velocity + g if momentum else velocity
+    x_expected = x - lr * (v_expected if momentum else g)
+    finite = engine.apply_update(x, velocity, sums, count, lr, momentum, weight_decay, np.empty(d))
+    assert finite
+    np.testing.assert_array_equal(x, x_expected)
+    np.testing.assert_array_equal(velocity, v_expected)
+
+
 @pytest.mark.parametrize("b", [1, 3, 4])
 def test_chunked_herding_accumulation_matches_parallel_herding(b):
     """What the simulator computes chunk by chunk from per-step sums equals the metric."""
