@@ -99,8 +99,11 @@ def gradients_kernel(batch_grads, template=loss_dropped, args=STEP_KERNEL_ARGS):
 # at compile time).
 batch_grads = gradients_only = gradients_with_slopes = slopes_only = regularizer_gradient = None
 STALLED, STEP, collect, exchange_rows, publish = -1, 0, None, None, None
-# A step prefetches the rows of the examples this many positions ahead (b, if more): at b = 1 the
-# next example's row arrived too late (rr at d = 128 from memory: 220 -> 195 ns an example).
+# A worker's step prefetches the rows it will read once this many rows (its own and the other
+# local workers') have been read, or its next step's if that is further: at one worker and b = 1
+# the next example's row arrived too late (rr at d = 128 from memory: 220 -> 195 ns an example);
+# with 8 workers the next step is 8 rows ahead already, and 32 took cd-grab's and cd-kh's serial
+# epochs 2-9 % longer.
 ROWS_AHEAD = 4
 
 
@@ -127,11 +130,11 @@ def worker_step(x, A, y, params, order, row, base, pos, count, idx, grads, grad_
 
 def worker_examples(x, A, y, params, order, row, base, pos, count, idx, grads, grad_sum, with_loss,
                     slopes=None, projected_rows=None):
-    """worker_step's work. The rows of the `count` examples max(count, ROWS_AHEAD) positions
-    ahead are prefetched first, to arrive while these and the steps between are computed. At
-    count 1 `grads` may be a (1, d) view of grad_sum itself (epoch_steps, when nothing keeps the
-    gradient): the gradient is the sum, and no copy is made."""
-    ahead = max(count, ROWS_AHEAD)
+    """worker_step's work. The rows of the `count` examples max(count, ROWS_AHEAD / workers)
+    positions ahead are prefetched first, to arrive while these and the steps between are
+    computed. At count 1 `grads` may be a (1, d) view of grad_sum itself (epoch_steps, when
+    nothing keeps the gradient): the gradient is the sum, and no copy is made."""
+    ahead = max(count, -(-ROWS_AHEAD // order.shape[0]))  # order: a row per local worker
     for r in range(pos + ahead, min(pos + ahead + count, order.shape[1])):
         prefetch_row(A, base + order[row, r])
         if projected_rows is not None:
@@ -654,8 +657,8 @@ def epoch_steps(model, data, rule, observer, exchange, recording):
                 out = kept[w, held // 2:held // 2 + 1]
             elif mode == EACH_STEP or mode == GATHERED:
                 out = kept[w]
-            elif mode == NO_GRADIENTS and count == 1 and not projecting:  # the gradient is its sum
-                out = sums[w:w + 1]
+            elif count == 1 and not projecting and (mode == NO_GRADIENTS or pairs):
+                out = sums[w:w + 1]  # the gradient is its worker's sum (a pair's second: folded from there)
             else:
                 out = unkept
             if projecting:  # the gradients go to the sums only; the orderer sees Pi g
@@ -667,7 +670,7 @@ def epoch_steps(model, data, rule, observer, exchange, recording):
                 worker_loss = worker_step(x, A, y, params, order, w, w * n, pos, count, idx, out,
                                           sums[w], traced)
             if pairs and (count > 1 or held % 2 == 1):
-                fold_pairs(unkept, count, held, kept[w])
+                fold_pairs(out, count, held, kept[w])
             if exchange is None:
                 loss += worker_loss
             else:

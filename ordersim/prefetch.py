@@ -3,9 +3,9 @@
 A step reads one randomly placed row of A per example; once the data set is larger than the
 caches each of those reads waits on memory (~200 ns for a 1 KB row here, a third of a logistic
 regression step at d = 128). The order of an epoch is known before it starts, so the step loop
-asks the CPU to start fetching the rows of the examples engine.ROWS_AHEAD (or b, if more)
-positions ahead into L2 (LLVM's ``llvm.prefetch``: a hint, never a fault, no effect on any
-result) while it computes the current ones.
+asks the CPU to start fetching the rows it will read engine.ROWS_AHEAD rows later (or at the
+next step, if that is later) into L2 (LLVM's ``llvm.prefetch``: a hint, never a fault, no effect
+on any result) while it computes the current ones.
 """
 
 from llvmlite import ir
