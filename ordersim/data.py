@@ -674,15 +674,28 @@ def _merged_moments(surveys: list) -> tuple[np.ndarray, np.ndarray]:
 
 @njit(cache=True, error_model="numpy")
 def _transform_into(out, X, mean, scale, intercept):
-    """out[:, :p] = (X - mean) / scale and, if `intercept`, out[:, p] = 1, in one pass; X may be
-    out[:, :p] itself. A subtraction and a division, correctly rounded (no fastmath): the same bits
-    as NumPy's (X - mean) / scale."""
+    """out[:, :p] = (X - mean) / scale and, if `intercept`, out[:, p] = 1, in one pass (X apart
+    from out: in place, _standardize_in_place). A subtraction and a division, correctly rounded
+    (no fastmath): the same bits as NumPy's (X - mean) / scale."""
     k, p = X.shape
     for i in range(k):
         for j in range(p):
             out[i, j] = (X[i, j] - mean[j]) / scale[j]
         if intercept:
             out[i, p] = 1.0
+
+
+@njit(cache=True, error_model="numpy")
+def _standardize_in_place(rows, mean, scale, intercept):
+    """_transform_into(rows, rows[:, :p], ...) with p = len(mean), on one array: LLVM vectorizes
+    it, where two views of one array fail its overlap check and run the scalar loop (1 GB: 0.12
+    against 0.24 s). The same bits."""
+    p = mean.shape[0]
+    for i in range(rows.shape[0]):
+        for j in range(p):
+            rows[i, j] = (rows[i, j] - mean[j]) / scale[j]
+        if intercept:
+            rows[i, p] = 1.0
 
 
 def distinct_rows(idx: np.ndarray, rows: int) -> bool:
@@ -875,8 +888,7 @@ class DataPlan:
         landed[arrival] = np.arange(idx.size)  # where the row of idx[i] landed
         if not np.array_equal(landed, np.arange(idx.size)):
             gather_rows_in_place(out, landed)
-        p = self.mean.shape[0]
-        _transform_into(out, out[:, :p], self.mean, self.scale, self.intercept)
+        _standardize_in_place(out, self.mean, self.scale, self.intercept)
         return out
 
     def _from_kept(self, kept: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -888,7 +900,7 @@ class DataPlan:
         if kept.shape[0] - ROW_BLOCK < k <= kept.shape[0] and distinct_rows(idx, kept.shape[0]):
             if not np.array_equal(idx, np.arange(k)):
                 gather_rows_in_place(kept, idx)
-            _transform_into(kept[:k], kept[:k, :p], self.mean, self.scale, self.intercept)
+            _standardize_in_place(kept[:k], self.mean, self.scale, self.intercept)
             return kept[:k]
         out = aligned.empty((k, self.features))
         for lo in range(0, k, ROW_BLOCK):

@@ -103,9 +103,9 @@ def test_rows_are_gathered_in_place_as_numpy_fancy_indexing(case):
 
 
 def test_row_transformation_is_bitwise_numpys():
-    """The one-pass standardization kernel against NumPy's (X - mean) / scale, exactly: out of
+    """The one-pass standardization kernels against NumPy's (X - mean) / scale, exactly: out of
     place, in place, and from a strided block."""
-    from ordersim.data import _transform_into
+    from ordersim.data import _standardize_in_place, _transform_into
 
     rng = np.random.default_rng(4)
     X = rng.normal(size=(300, 9)) * 1e3 + 1e-7
@@ -117,6 +117,12 @@ def test_row_transformation_is_bitwise_numpys():
     out[:, :9] = X
     _transform_into(out, out[:, :9], mean, scale, False)
     np.testing.assert_array_equal(out[:, :9], reference[:, :9])
+    for intercept in (True, False):
+        rows = np.full((300, 10), np.nan)
+        rows[:, :9] = X
+        _standardize_in_place(rows, mean, scale, intercept)
+        np.testing.assert_array_equal(rows[:, :9], reference[:, :9])
+        assert (rows[:, 9] == 1.0).all() if intercept else np.isnan(rows[:, 9]).all()
     wide = np.hstack([X, X])
     _transform_into(out[::2], wide[::2, ::2][:, :9], mean[::-1].copy(), scale, True)
     np.testing.assert_array_equal(out[::2], np.hstack([(wide[::2, ::2][:, :9] - mean[::-1]) / scale,
