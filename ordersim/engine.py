@@ -133,7 +133,8 @@ def worker_examples(x, A, y, params, order, row, base, pos, count, idx, grads, g
     """worker_step's work. The rows of the `count` examples max(count, ROWS_AHEAD / workers)
     positions ahead are prefetched first, to arrive while these and the steps between are
     computed. At count 1 `grads` may be a (1, d) view of grad_sum itself (epoch_steps, when
-    nothing keeps the gradient): the gradient is the sum, and no copy is made."""
+    nothing keeps the gradient or it is a pair's second): the gradient is the sum, and no copy
+    is made."""
     ahead = max(count, -(-ROWS_AHEAD // order.shape[0]))  # order: a row per local worker
     for r in range(pos + ahead, min(pos + ahead + count, order.shape[1])):
         prefetch_row(A, base + order[row, r])
