@@ -42,6 +42,7 @@ def training_seconds(trace: str) -> float:
 
 def run(cache_dir: str, workdir: str, ranks: int) -> dict:
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir, NUMBA_DEBUG_CACHE="1")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # warm: Python's bytecode cache filled too, as a user's is
     out = os.path.join(workdir, f"trace-{time.time_ns()}.h5")
     command = [sys.executable, "-m", "ordersim", "--out", out]
     if ranks > 1:
