@@ -89,8 +89,9 @@ def engine_epoch(problem, A, y, order, b, trace_every):
         engine.Data(A, y, problem.params, order, n, b, np.empty(b, dtype=np.int64)),
         engine.UpdateRule(LR, 0.0, 0.0, aligned.empty((1, 1, d)), np.zeros((1, 1, 1)), False, 0,
                           aligned.empty(d)),
-        engine.Observer(engine.NO_GRADIENTS, engine.first_class(engine.no_observer),
-                        np.zeros(1, dtype=np.int64), aligned.empty((1, 1, 1)), aligned.empty((b, d)), engine.no_projection()),
+        engine.first_class(engine.no_observer),
+        engine.Observer(engine.NO_GRADIENTS, np.zeros(1, dtype=np.int64), aligned.empty((1, 1, 1)),
+                        aligned.empty((b, d)), engine.no_projection()),
         None,
         engine.Recording(trace_every, np.full(steps, np.nan), np.zeros(3)))
     loop = engine.epoch_loop(problem.batch_grads)

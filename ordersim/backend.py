@@ -38,8 +38,8 @@ def argument_fingerprint(args) -> tuple:
 
 def _fingerprint(value):
     """Numba's dispatch fingerprint of ``value`` (its internal C function); field by field for a
-    tuple it refuses (the epoch loop's observer holds a first-class function), typeof for any
-    other value it refuses, or without it."""
+    tuple it refuses (one holding a first-class function), typeof for any other value it refuses
+    (the epoch loop's first-class orderer kernel), or without it."""
     from numba import typeof
 
     try:

@@ -1,8 +1,8 @@
 """The epoch loop of both backends (``epoch_loop``) and the Numba kernels of its steps.
 
 One jitted loop runs an epoch on either backend; the serial one is the MPI one with no exchange.
-Its inputs are six named records (Model, Data, UpdateRule, Observer, Exchange, Recording), built
-in one place (simulate.Run.epoch_inputs). Both backends compute the same floating-point
+Its inputs are six named records (Model, Data, UpdateRule, Observer, Exchange, Recording) and the
+orderer's kernel, built in one place (simulate.Run.epoch_inputs). Both backends compute the same floating-point
 operations in the same order: every worker's gradient sum is accumulated over its b examples in
 visit order, and the workers' sums are added in worker order. That is what makes traces bitwise
 identical whatever the number of ranks.
@@ -433,12 +433,11 @@ def no_projection() -> Projection:
 
 
 class Observer(NamedTuple):
-    """The orderer's part: mode (NO_GRADIENTS, ...), observe = first_class(its kernel) and its
-    state; kept: what the mode keeps of the gradients (or, with projection active, of the
-    vectors Pi g), (m, chunk_rows, width) chunks or (local, b, width) per step, width d or k;
-    scratch (b, d) for the gradients it does not keep."""
+    """The orderer's part besides its kernel (EpochInputs.observe): mode (NO_GRADIENTS, ...) and
+    the kernel's state; kept: what the mode keeps of the gradients (or, with projection active,
+    of the vectors Pi g), (m, chunk_rows, width) chunks or (local, b, width) per step, width d or
+    k; scratch (b, d) for the gradients it does not keep."""
     mode: int
-    observe: object
     state: np.ndarray
     kept: np.ndarray
     scratch: np.ndarray
@@ -467,10 +466,14 @@ class Recording(NamedTuple):
 
 
 class EpochInputs(NamedTuple):
-    """The epoch loop's arguments, in its order."""
+    """The epoch loop's arguments, in its order. observe: the orderer's kernel, first_class(kernel),
+    an argument of its own: Numba's dispatcher types a tuple of arrays and numbers in C (~2 us),
+    but one holding a first-class function in Python, field by field (~250 us an epoch for the
+    Observer when the kernel was one of its fields); the function alone takes ~11 us."""
     model: Model
     data: Data
     rule: UpdateRule
+    observe: object
     observer: Observer
     exchange: Exchange | None
     recording: Recording
@@ -565,7 +568,8 @@ def epoch_loop(batch_grads, exchanging: bool = False, linear=None):
     call, compiled once per problem kernel (and once more for the MPI backend's exchange; the
     orderer's kernel is a first-class function argument, so every orderer shares it):
 
-        steps = epoch_loop(batch_grads, exchanging, linear)(model, data, rule, observer, exchange, recording)
+        steps = epoch_loop(batch_grads, exchanging, linear)(model, data, rule, observe, observer, exchange,
+                                                            recording)
 
 exchanging: the MPI backend's version, whose exchange is an Exchange (the other takes None and
 needs no MPI library). linear: a linear model's (batch_grads_slopes, regularizer_gradient), for
@@ -607,13 +611,12 @@ the Observer's Projection (a loop of its own: both kernels are globals of it), o
     return problem_loop(epoch_steps, batch_grads, exchanging, linear, _nrt=False, nogil=True)
 
 
-def epoch_steps(model, data, rule, observer, exchange, recording):
+def epoch_steps(model, data, rule, observe, observer, exchange, recording):
     """epoch_loop's code (problem_loop binds batch_grads and the exchange)."""
     x, velocity = model.x, model.velocity
     A, y, params, order, n, b, idx = data.A, data.y, data.params, data.order, data.n, data.b, data.idx
     history, coef, total = rule.history, rule.coef, rule.total
-    mode, observe, state, kept, scratch = (observer.mode, observer.observe, observer.state,
-                                           observer.kept, observer.scratch)
+    mode, state, kept, scratch = observer.mode, observer.state, observer.kept, observer.scratch
     projection = observer.projection
     projecting = projection.active
     unkept = projection.vectors if projecting else scratch  # a step's rows not written into kept

@@ -386,7 +386,8 @@ class Run:
             engine.UpdateRule(float(lr), float(config.momentum), float(config.weight_decay), history,
                               NO_COEFFICIENTS if coef is None else coef, coef is not None, int(self.step),
                               aligned.empty(d)),
-            engine.Observer(mode, engine.first_class(kernel), state, kept, aligned.empty((b, d)), projection),
+            engine.first_class(kernel),
+            engine.Observer(mode, state, kept, aligned.empty((b, d)), projection),
             exchange,
             engine.Recording(int(config.trace_every), np.full(self.steps_per_epoch, np.nan), np.zeros(3)))
         linear = (s.problem.batch_grads_slopes, s.problem.regularizer_gradient) if projecting else None

@@ -59,8 +59,9 @@ def epoch_from_zero(kernel, A, y, orders, params, b, lr, momentum=0.0, weight_de
         engine.Data(A, y, params, orders, orders.shape[1], b, np.empty(b, dtype=np.int64)),
         engine.UpdateRule(lr, momentum, weight_decay, np.empty((1, M, P)), np.zeros((1, 1, 1)), False, 0,
                           np.empty(P)),
-        engine.Observer(store, engine.first_class(observe), state,
-                        np.empty((1, 1, 1)) if grads_out is None else grads_out, np.empty((b, P)), engine.no_projection()),
+        engine.first_class(observe),
+        engine.Observer(store, state, np.empty((1, 1, 1)) if grads_out is None else grads_out, np.empty((b, P)),
+                        engine.no_projection()),
         None, recording)
     return done, x, recording.trace_loss
 

@@ -57,8 +57,9 @@ RUN = textwrap.dedent("""
     loop = engine.epoch_loop(kernel)
     loop(engine.Model(x, np.zeros(d)), engine.Data(A, y, problem.params, order, n, b, idx),
          engine.UpdateRule(0.1, 0.0, 0.0, np.empty((1, m, d)), np.zeros((1, 1, 1)), False, 0, np.empty(d)),
-         engine.Observer(engine.NO_GRADIENTS, engine.first_class(engine.no_observer),
-                         np.zeros(1, dtype=np.int64), np.empty((1, 1, 1)), np.empty((b, d)), engine.no_projection()),
+         engine.first_class(engine.no_observer),
+         engine.Observer(engine.NO_GRADIENTS, np.zeros(1, dtype=np.int64), np.empty((1, 1, 1)), np.empty((b, d)),
+                         engine.no_projection()),
          None, engine.Recording(0, np.empty(0), np.zeros(3)))
     sums = np.zeros((n // b, d))
     metrics.step_sums_and_grad_error(kernel, x, A, y, problem.params, order, 1, n, 0, n // b, b, n, idx,
