@@ -15,8 +15,9 @@ temporary directory, best of 5 rounds of 300 epochs each, the variants alternati
   writer does): what a straightforward writer costs.
 
 Prints microseconds per epoch and the baseline over the writer. To compare two versions of the
-writer, run the script in each checkout (the writer variant imports the checkout's ordersim). This is a script: it prints and
-never asserts (pytest does not collect it).
+writer, run the script in each checkout (the writer variant imports the checkout's ordersim).
+
+This is a script: it prints and never asserts (pytest does not collect it).
 """
 
 import os

@@ -2,10 +2,10 @@
 
 One jitted loop runs an epoch on either backend; the serial one is the MPI one with no exchange.
 Its inputs are six named records (Model, Data, UpdateRule, Observer, Exchange, Recording) and the
-orderer's kernel, built in one place (simulate.Run.epoch_inputs). Both backends compute the same floating-point
-operations in the same order: every worker's gradient sum is accumulated over its b examples in
-visit order, and the workers' sums are added in worker order. That is what makes traces bitwise
-identical whatever the number of ranks.
+orderer's kernel, built in one place (simulate.Run.epoch_inputs). Both backends compute the same
+floating-point operations in the same order: every worker's gradient sum is accumulated over its
+b examples in visit order, and the workers' sums are added in worker order. That is what makes
+traces bitwise identical whatever the number of ranks.
 """
 
 from typing import NamedTuple

@@ -17,7 +17,8 @@ def test_rows_crossing_chunk_boundaries_read_back_as_appended(tmp_path):
     writer = TraceWriter(str(path), {"config": "{}"})
     run = writer.start_run("rr", 0, {})  # appends unknown: chunks of MAX_CHUNK_ROWS rows
     rng = np.random.default_rng(0)
-    sizes = [700, 700, 1, MAX_CHUNK_ROWS - 377, 2 * MAX_CHUNK_ROWS + 5]  # 2048 rows: the second chunk fills exactly
+    # after the fourth append, 2048 rows: the second chunk fills exactly
+    sizes = [700, 700, 1, MAX_CHUNK_ROWS - 377, 2 * MAX_CHUNK_ROWS + 5]
     steps = [rng.integers(0, 10**9, size) for size in sizes]
     responded = [rng.integers(0, 2, (size, 3), dtype=np.uint8) for size in sizes]
     for epoch, (step, answered) in enumerate(zip(steps, responded)):
