@@ -359,3 +359,27 @@ def test_first_class_orderer_kernels_share_one_compilation():
         assert call(engine.first_class(kernel), grads, state) == expected
     assert state[0] == 5
     assert config.DISABLE_JIT or len(call.overloads) == 1, "one compilation for all three"
+
+
+@pytest.mark.parametrize("orderer, options", [
+    ("rr", {}), ("cd-grab", {}), ("d-grab-pair", {}),
+    ("cd-grab", {"projection": "sparse", "projection_dim": 3})])
+def test_the_epoch_loops_records_are_typed_from_their_fingerprint(orderer, options):
+    """Numba's dispatcher types an argument from its fingerprint, in C, unless the fingerprint
+    refuses it; then in Python, field by field (~300 us an epoch for the loop's records when the
+    orderer's first-class kernel was a field of Observer). Every argument but that kernel, as
+    Run.epoch_inputs builds them (a projection's Projection included), must have a fingerprint."""
+    from numba._dispatcher import compute_fingerprint
+
+    from ordersim.backend import SerialBackend
+    from ordersim.config import build_config
+    from ordersim.simulate import Run, check_fields, prepare
+
+    config = check_fields(build_config(dict(data="synthetic:classification?n=40&d=5", workers=4,
+                                            orderers=[orderer], orderer_options=options, quiet=True)), 1)
+    run = Run(prepare(config, SerialBackend(4)), orderer, 0)
+    _, inputs = run.epoch_inputs(run.orderer.begin_epoch()[run.own_rows], 0.1, None)
+    assert (inputs.observer.projection.active) is bool(options)
+    for field, value in inputs._asdict().items():
+        if field != "observe":
+            compute_fingerprint(value)  # raises for a value it refuses
