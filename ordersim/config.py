@@ -180,9 +180,22 @@ FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 
 def _type_name(f) -> str:
-    return {"problem_options": "table", "orderer_options": "table", "orderers": "list of names",
-            "measurements": "list of names", "seeds": "list of ints"}.get(
+    if f.type is dict:
+        return 'table: a TOML inline table ({a = 1, b = "x"}) or a JSON object ({"a": 1, "b": "x"})'
+    return {"orderers": "list of names", "measurements": "list of names", "seeds": "list of ints"}.get(
         f.name, f.type.__name__ if isinstance(f.type, type) else str(f.type))
+
+
+def _table(text: str):
+    """A table given as text (a flag's value): a JSON object or a TOML inline table, the form the
+    help texts and TOML configs show."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        document = tomllib.loads(f"table = {text}")  # TOMLDecodeError is a ValueError
+        if list(document) != ["table"]:  # more than one value
+            raise ValueError(text) from None
+        return document["table"]
 
 
 def _coerce(name: str, value):
@@ -211,7 +224,7 @@ def _coerce(name: str, value):
                 raise ValueError
             return value
         if kind is dict:
-            value = json.loads(value) if isinstance(value, str) else value
+            value = _table(value) if isinstance(value, str) else value
             if not isinstance(value, dict):
                 raise ValueError
             return dict(value)

@@ -3,7 +3,9 @@ spread, `warm`; and the traces as xarray / pandas (analysis.to_xarray, load_runs
 
 import contextlib
 import io
+import json
 import os
+import re
 import subprocess
 import sys
 
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run_mpi
-from ordersim.config import FIELDS, Config
+from ordersim.config import FIELDS, Config, ConfigError, build_config
 
 SMALL = ["--epochs", "2", "--workers", "2", "--seeds", "0", "1", "--orderers", "rr", "d-grab"]
 
@@ -60,6 +62,32 @@ def test_dry_run_refuses_a_bad_field_like_a_run(tmp_path):
     result = ordersim(["--dry-run", "--momentum", "1.5"], cwd=tmp_path)
     assert result.returncode == 2
     assert "config field 'momentum': 1.5 is not allowed" in result.stderr
+
+
+TABLE_FIELDS = [name for name, f in FIELDS.items() if f.type is dict]
+
+
+@pytest.mark.parametrize("name", TABLE_FIELDS)
+def test_a_table_flag_takes_a_toml_inline_table_or_a_json_object(name):
+    """--orderer-options '{projection = "sparse"}', the form the help shows, and its JSON twin."""
+    def parsed(text):
+        return getattr(build_config({name: text}), name)
+
+    examples = re.findall(r"\{[^{}]*\}", FIELDS[name].metadata["help"])
+    for toml_text in [*examples, '{lam = 0.5, kind = "x", nested = {k = [1, 2]}}']:
+        table = parsed(toml_text)
+        assert table and parsed(json.dumps(table)) == table
+    assert parsed("{}") == {}
+    for bad in ["{lam = }", "[1, 2]", '{"lam": 1', "{lam = 1}\nextra = 2"]:
+        with pytest.raises(ConfigError, match=rf"config field '{name}': .* is not a valid table: a TOML "
+                                              r"inline table \(\{a = 1, b = \"x\"\}\) or a JSON object"):
+            parsed(bad)
+
+
+def test_the_help_of_every_table_field_shows_an_example_or_both_forms():
+    for name in TABLE_FIELDS:
+        text = FIELDS[name].metadata["help"]
+        assert re.search(r"\{[^{}]*=[^{}]*\}", text) or "TOML table / JSON object" in text, name
 
 
 @pytest.mark.mpi
