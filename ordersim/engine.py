@@ -365,9 +365,17 @@ def first_class(observe):
     few ns per step."""
     if config.DISABLE_JIT:
         return observe
-    if OBSERVE_ARGS not in observe.overloads:  # state kernels have it; plain jitted ones compile it
-        observe.compile(OBSERVE_ARGS)
-    return CompileResultWAP(observe.overloads[OBSERVE_ARGS])
+    # once per kernel and process: looking the signature up hashes a dozen Numba types, and
+    # with the wrapper it cost 20-40 us an epoch, more than a small epoch's steps
+    value = _FIRST_CLASS.get(observe)
+    if value is None:
+        if OBSERVE_ARGS not in observe.overloads:  # state kernels have it; plain jitted ones compile it
+            observe.compile(OBSERVE_ARGS)
+        value = _FIRST_CLASS[observe] = CompileResultWAP(observe.overloads[OBSERVE_ARGS])
+    return value
+
+
+_FIRST_CLASS: dict = {}  # kernel (a Numba dispatcher) -> first_class(kernel)
 
 
 # -- the epoch loop's inputs -------------------------------------------------------------------------

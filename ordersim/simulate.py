@@ -279,6 +279,7 @@ class Run:
         self.defer_measurement_errors = False  # the warm-up's: it agrees on them across the ranks
         self.epoch = 0  # epochs completed
         self.wall_start = time.perf_counter()
+        self.buffers: dict[str, np.ndarray] = {}  # the loops' scratch, by name (buffer)
 
     # -- checkpoint -------------------------------------------------------------------------------
     def state(self) -> dict:
@@ -339,7 +340,8 @@ class Run:
     def epoch_inputs(self, order, lr, coef) -> tuple:
         """(the epoch loop, its inputs: engine.EpochInputs) for one epoch along `order` (this
         rank's rows) at step size lr; coef: a decoded scheme's update coefficients, or None.
-        Everything the loop touches is allocated here, once per epoch.
+        Its scratch is the run's (buffer): allocated at the first epoch, overwritten by every
+        later one before it is read.
 
         The serial backend keeps the gradients (or a pair orderer's pair differences) in chunks,
         observed from inside the loop (engine.chunk_rows); the MPI backend exchanges every step's
@@ -359,39 +361,53 @@ class Run:
         projecting = self.projected_rows is not None and mode != engine.NO_GRADIENTS
         width = self.orderer.dim if projecting else d  # the orderer is handed k values per example
         if mode in engine.CHUNKED:
-            kept = aligned.empty((m, engine.chunk_rows(mode, m, n, b, width), width))
+            kept = self.buffer("kept", (m, engine.chunk_rows(mode, m, n, b, width), width))
         elif mode in (engine.EACH_STEP, engine.GATHERED):
-            kept = aligned.empty((local, b, width))
+            kept = self.buffer("kept", (local, b, width))
         else:
-            kept = aligned.empty((1, 1, 1))
+            kept = self.buffer("kept", (1, 1, 1))
         projection = engine.no_projection()
         if projecting:
-            projection = engine.Projection(True, self.projected_rows, *self.input_projection, np.empty(b),
-                                           aligned.empty(d), aligned.empty(width), aligned.empty((b, width)))
+            projection = engine.Projection(
+                True, self.projected_rows, *self.input_projection, self.buffer("projection slopes", (b,)),
+                self.buffer("projection gradient", (d,)), self.buffer("projection row", (width,)),
+                self.buffer("projection rows", (b, width)))
         state = orderer.state if orderer.needs_gradients else np.zeros(1, dtype=np.int64)
         # Decoded schemes (ignore-stragglers, pipelined GC) update along coef-weighted partition
         # sums kept in self.history (engine.apply_coded_update); the others along the plain sum
         # of one step (a history of one slot, no coefficients).
-        history = self.history if coef is not None else aligned.empty((1, m, d))
+        history = self.history if coef is not None else self.buffer("history", (1, m, d))
         exchange = None
         if not serial:
-            gathered = aligned.empty((m, b, width) if mode == engine.GATHERED else (1, 1, 1))
+            gathered = self.buffer("gathered", (m, b, width) if mode == engine.GATHERED else (1, 1, 1))
             # the sums, or a coordinated orderer's gradients; projecting, Pi g beside the sums
             link = s.backend.exchange_link(max(local * d, gathered.size // s.backend.size))
-            exchange = engine.Exchange(link, aligned.empty((local, d)), np.empty((local, 1)),
-                                       np.empty((m, 1)), gathered)
+            exchange = engine.Exchange(link, self.buffer("sums", (local, d)), self.buffer("losses", (local, 1)),
+                                       self.buffer("gathered losses", (m, 1)), gathered)
         inputs = engine.EpochInputs(
             engine.Model(self.x, self.velocity),
             engine.Data(s.A, s.y, s.problem.params, order, int(n), int(b), self.idx),
             engine.UpdateRule(float(lr), float(config.momentum), float(config.weight_decay), history,
                               NO_COEFFICIENTS if coef is None else coef, coef is not None, int(self.step),
-                              aligned.empty(d)),
+                              self.buffer("update", (d,))),
             engine.first_class(kernel),
-            engine.Observer(mode, state, kept, aligned.empty((b, d)), projection),
+            engine.Observer(mode, state, kept, self.buffer("gradients", (b, d)), projection),
             exchange,
-            engine.Recording(int(config.trace_every), np.full(self.steps_per_epoch, np.nan), np.zeros(3)))
+            engine.Recording(int(config.trace_every), self.buffer("step losses", (self.steps_per_epoch,)),
+                             self.buffer("loop timers", (3,))))
+        inputs.recording.trace_loss.fill(np.nan)  # the steps not traced stay NaN
+        inputs.recording.timers.fill(0.0)
         linear = (s.problem.batch_grads_slopes, s.problem.regularizer_gradient) if projecting else None
         return engine.epoch_loop(s.problem.batch_grads, exchanging=not serial, linear=linear), inputs
+
+    def buffer(self, name: str, shape: tuple) -> np.ndarray:
+        """This run's float64 scratch array `name` of `shape` (on a cache line), allocated at
+        its first use and the same array from then on: a dozen allocations an epoch cost ~0.1 ms
+        (and the kept chunks' pages faulted in anew), more than a small data set's steps."""
+        array = self.buffers.get(name)
+        if array is None or array.shape != shape:
+            array = self.buffers[name] = aligned.empty(shape)
+        return array
 
     def _record_steps(self, epoch, losses):
         """Trace every trace_every-th global step of these (losses: one per step) and count them."""
@@ -479,10 +495,10 @@ class Run:
         chunk = max(1, CHUNK_DOUBLES // (m * d))
         prefix, peaks = np.zeros(d), np.zeros(2)
         worker_prefix, errors = np.zeros((self.local, d)), np.zeros(self.local)
-        scratch = aligned.empty((b, d))
+        scratch = self.buffer("gradients", (b, d))
         for first in range(0, steps_total, chunk):
             steps = min(chunk, steps_total - first)
-            local = aligned.empty((self.local, steps, d))
+            local = self.buffer("herding step sums", (self.local, steps, d))
             start = time.perf_counter()
             for w in range(self.local):
                 metrics.step_sums_and_grad_error(p.batch_grads, self.x, s.A, s.y, p.params, order, w, w * n,
