@@ -280,6 +280,8 @@ class Run:
         self.epoch = 0  # epochs completed
         self.wall_start = time.perf_counter()
         self.buffers: dict[str, np.ndarray] = {}  # the loops' scratch, by name (buffer)
+        # the loop's inputs for an orderer that is handed no gradients or no projection
+        self.unused_state, self.inactive_projection = np.zeros(1, dtype=np.int64), engine.no_projection()
 
     # -- checkpoint -------------------------------------------------------------------------------
     def state(self) -> dict:
@@ -366,13 +368,13 @@ class Run:
             kept = self.buffer("kept", (local, b, width))
         else:
             kept = self.buffer("kept", (1, 1, 1))
-        projection = engine.no_projection()
+        projection = self.inactive_projection
         if projecting:
             projection = engine.Projection(
                 True, self.projected_rows, *self.input_projection, self.buffer("projection slopes", (b,)),
                 self.buffer("projection gradient", (d,)), self.buffer("projection row", (width,)),
                 self.buffer("projection rows", (b, width)))
-        state = orderer.state if orderer.needs_gradients else np.zeros(1, dtype=np.int64)
+        state = orderer.state if orderer.needs_gradients else self.unused_state
         # Decoded schemes (ignore-stragglers, pipelined GC) update along coef-weighted partition
         # sums kept in self.history (engine.apply_coded_update); the others along the plain sum
         # of one step (a history of one slot, no coefficients).

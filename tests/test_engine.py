@@ -378,8 +378,31 @@ def test_the_epoch_loops_records_are_typed_from_their_fingerprint(orderer, optio
     config = check_fields(build_config(dict(data="synthetic:classification?n=40&d=5", workers=4,
                                             orderers=[orderer], orderer_options=options, quiet=True)), 1)
     run = Run(prepare(config, SerialBackend(4)), orderer, 0)
-    _, inputs = run.epoch_inputs(run.orderer.begin_epoch()[run.own_rows], 0.1, None)
+    order = run.orderer.begin_epoch()[run.own_rows]
+    _, inputs = run.epoch_inputs(order, 0.1, None)
     assert (inputs.observer.projection.active) is bool(options)
     for field, value in inputs._asdict().items():
         if field != "observe":
             compute_fingerprint(value)  # raises for a value it refuses
+
+    # The scratch is the run's (Run.buffer), not the epoch's: the next epoch's inputs hold the
+    # very same arrays, the step losses back at NaN and the loop's timers at 0.
+    inputs.recording.trace_loss[:] = 1.0
+    inputs.recording.timers[:] = 2.0
+    _, again = run.epoch_inputs(order, 0.2, None)
+    first, second = arrays_in(inputs), arrays_in(again)
+    assert first.keys() == second.keys() and len(first) > 10
+    assert [path for path in first if first[path] is not second[path]] == []
+    assert np.isnan(again.recording.trace_loss).all() and not again.recording.timers.any()
+    assert again.observe is inputs.observe, "one first-class value per kernel"
+
+
+def arrays_in(record, path="") -> dict:
+    """Every array in a tree of named tuples, by its path of field names."""
+    found = {}
+    for field, value in record._asdict().items():
+        if isinstance(value, np.ndarray):
+            found[path + field] = value
+        elif hasattr(value, "_asdict"):
+            found.update(arrays_in(value, f"{path}{field}."))
+    return found
