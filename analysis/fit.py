@@ -214,7 +214,8 @@ def report(result, metric, setting, epoch, notes, level=0.95) -> str:
 
 def main(argv=None) -> int:
     p = style.base_parser("ordersim.analysis.fit", __doc__)
-    p.add_argument("files", nargs="+", metavar="FILE.h5", help="ordersim trace files (docs/trace-format.md)")
+    p.add_argument("files", nargs="+", type=style.run_trace, metavar="FILE.h5",
+                   help="ordersim trace files (docs/trace-format.md)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR", help="also write the table to DIR/fit.csv")
     add_arguments(p)
     args = p.parse_args(argv)

@@ -66,7 +66,8 @@ def plot(df, out, band_kind="minmax", log=True, title=None, name="herding_sim"):
 
 def main(argv=None) -> int:
     p = style.parser("ordersim.analysis.herding_sim", __doc__,
-                     files_help="files written by python -m ordersim herding-sim (docs/herding_sim.md)")
+                     files_help="files written by python -m ordersim herding-sim (docs/herding_sim.md)",
+                     files_type=style.hdf5_file)
     p.add_argument("--linear", action="store_true", help="linear y axis instead of log")
     args = style.parse(p, argv)
     df = load_herding_sim(args.files)

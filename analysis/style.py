@@ -429,11 +429,37 @@ def base_parser(module: str, doc: str) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(prog=f"python -m {module}", description=doc, formatter_class=HelpFormatter)
 
 
-def parser(module: str, doc: str, files_help: str = "ordersim trace files (layout: docs/trace-format.md)"
-           ) -> argparse.ArgumentParser:
+def _file_argument(check, path: str) -> str:
+    """`path` if check(path) passes, else argparse's one-line error ("argument FILE.h5: 'x.h5'
+    does not exist") rather than h5py's traceback."""
+    from ordersim.trace import NotATrace
+
+    try:
+        check(path)
+    except NotATrace as why:
+        raise argparse.ArgumentTypeError(f"{path!r} {why}") from None
+    return path
+
+
+def hdf5_file(path: str) -> str:
+    """argparse's type of a FILE.h5 argument: an existing HDF5 file (herding-sim's files)."""
+    from ordersim.trace import check_hdf5_file
+
+    return _file_argument(check_hdf5_file, path)
+
+
+def run_trace(path: str) -> str:
+    """argparse's type of a FILE.h5 argument: an ordersim run trace."""
+    from ordersim.trace import trace_root
+
+    return _file_argument(trace_root, path)
+
+
+def parser(module: str, doc: str, files_help: str = "ordersim trace files (layout: docs/trace-format.md)",
+           files_type=run_trace) -> argparse.ArgumentParser:
     """The arguments every figure script shares: FILE.h5 ..., --out DIR, --band, --dpi."""
     p = base_parser(module, doc)
-    p.add_argument("files", nargs="+", metavar="FILE.h5", help=files_help)
+    p.add_argument("files", nargs="+", type=files_type, metavar="FILE.h5", help=files_help)
     p.add_argument("--out", type=Path, required=True, metavar="DIR",
                    help="directory for the figures (created if missing); each figure as NAME.png and NAME.pdf")
     p.add_argument("--band", choices=("minmax", "std"), default="minmax",

@@ -248,8 +248,6 @@ def merge_main(argv: list[str]) -> int:
     roots, tables = [], []
     for path in args.files:
         try:
-            if not os.path.isfile(path):
-                raise NotATrace("does not exist" if not os.path.exists(path) else "is not a file")
             roots.append(trace_root(path))
             tables.append(load_runs([path]))  # one file at a time: an error names its file
         except NotATrace as why:

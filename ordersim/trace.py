@@ -90,11 +90,19 @@ class NotATrace(Exception):
     """A file that is not an ordersim run trace; the message says why, to follow "FILE ..."."""
 
 
-def trace_root(path: str, locking: bool | None = None) -> dict:
-    """The root attributes of the run trace at `path` (an existing file), or NotATrace. `locking`
-    as h5py's (None: HDF5's default, HDF5_USE_FILE_LOCKING respected)."""
+def check_hdf5_file(path: str) -> None:
+    """NotATrace unless `path` is an existing HDF5 file."""
+    if not os.path.isfile(path):
+        raise NotATrace("is not a file" if os.path.exists(path) else "does not exist")
     if not h5py.is_hdf5(path):
         raise NotATrace("is not an HDF5 file")
+
+
+def trace_root(path: str, locking: bool | None = None) -> dict:
+    """The root attributes of the run trace at `path`, or NotATrace (why not, to follow the
+    path in a message). `locking` as h5py's (None: HDF5's default, HDF5_USE_FILE_LOCKING
+    respected)."""
+    check_hdf5_file(path)
     try:
         with h5py.File(path, "r", locking=locking) as f:
             root = dict(f.attrs)

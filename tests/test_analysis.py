@@ -13,7 +13,7 @@ pytest.importorskip("matplotlib")
 pytest.importorskip("pandas")
 
 from ordersim.analysis.load import TraceWarning, load_orders, load_run_arrays, load_runs  # noqa: E402
-from ordersim.analysis import convergence, fit, herding, herding_sim, scaling  # noqa: E402
+from ordersim.analysis import convergence, fit, herding, herding_sim, scaling, stragglers  # noqa: E402
 
 ORDERERS = ("rr", "cd-grab")
 SEEDS = (0, 1, 2)
@@ -286,6 +286,29 @@ def test_herding_sim_script(tmp_path):
     files = [str(herding_sim_file(tmp_path / f"hs{s}.h5", seed=s)) for s in (0, 1)]
     assert herding_sim.main([*files, "--out", str(tmp_path), "--dpi", "80"]) == 0
     written(tmp_path, "herding_sim")
+
+
+@pytest.mark.parametrize("module", [convergence, herding, scaling, stragglers, herding_sim, fit])
+def test_scripts_refuse_a_file_they_cannot_read_in_one_line(module, tmp_path, capsys):
+    """A missing file, a directory, a file that is not HDF5, and the other kind of ordersim file
+    (a run trace for herding_sim, a herding-sim file for the others): argparse's one-line usage
+    error naming the file (exit 2), before anything is read, never h5py's traceback."""
+    not_hdf5 = tmp_path / "notes.h5"
+    not_hdf5.write_text("not HDF5")
+    trace, sim = write_trace(tmp_path / "trace.h5"), herding_sim_file(tmp_path / "sim.h5")
+    other_kind = trace if module is herding_sim else sim
+    cases = [(tmp_path / "missing.h5", "does not exist"), (tmp_path, "is not a file"),
+             (not_hdf5, "is not an HDF5 file")]
+    if module is not herding_sim:  # herding_sim's reader skips a run trace with a warning
+        cases.append((other_kind, "is an ordersim herding-sim file, not a run trace"))
+    out = [] if module is fit else ["--out", str(tmp_path / "figures")]
+    for path, why in cases:
+        with pytest.raises(SystemExit) as stop:
+            module.main([str(path), *out])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1] == f"python -m {module.__name__}: error: argument FILE.h5: {str(path)!r} {why}", err
+    assert not (tmp_path / "figures").exists()
 
 
 def test_scripts_explain_every_option(capsys):
