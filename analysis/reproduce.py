@@ -426,6 +426,16 @@ def main(argv: list[str] | None = None) -> int:
     style.DPI = args.dpi
     out = Path(args.figures or ROOT / "results" / "papers" / ("quick" if args.quick else "") / "figures")
     results = Path(args.results).resolve() if args.results else None
+    if args.no_run:  # every experiment's traces first: one line, before any figure is drawn
+        for name in args.names or EXPERIMENTS:
+            files = trace_files(name, config(name, args.quick), results, args.quick)
+            missing = [path for path in files if not path.is_file()]
+            if missing:
+                print(f"reproduce: error: --no-run: {len(missing)} of the {len(files)} trace(s) of {name} "
+                      f"are not there (e.g. {missing[0]}); run `python -m ordersim reproduce {name}"
+                      f"{' --quick' if args.quick else ''}{f' --results {args.results}' if args.results else ''}` "
+                      f"first", file=sys.stderr)
+                return 2
     failed, lines = [], {}
     for name in args.names or EXPERIMENTS:
         values = config(name, args.quick)

@@ -116,3 +116,18 @@ def test_an_unknown_experiment_is_refused_before_anything_runs(capsys):
 
     assert main(["grab_mnist", "nosuch"]) == 2
     assert "unknown experiment(s) nosuch; known: scaling, grab_mnist, cdgrab_logreg" in capsys.readouterr().err
+
+
+def test_no_run_without_the_traces_says_which_and_how_to_make_them(tmp_path, capsys):
+    """--no-run draws from traces already written; where they are missing, one line names one
+    and the command that writes them (exit 2), before any figure, never h5py's traceback."""
+    from ordersim.analysis.reproduce import main
+
+    results, figures = tmp_path / "results", tmp_path / "figures"
+    assert main(["herding", "scaling", "--quick", "--no-run", "--results", str(results),
+                 "--figures", str(figures)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("reproduce: error: --no-run: 1 of the 1 trace(s) of herding "
+                                               f"are not there (e.g. {results}"), err
+    assert err[0].endswith(f"run `python -m ordersim reproduce herding --quick --results {results}` first")
+    assert not figures.exists()
