@@ -38,6 +38,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ordersim.analysis.load import TraceWarning, load_runs  # noqa: E402
+from ordersim.trace import NotATrace, check_hdf5_file, trace_root  # noqa: E402
 
 RC = {
     "font.family": "serif",
@@ -432,8 +433,6 @@ def base_parser(module: str, doc: str) -> argparse.ArgumentParser:
 def _file_argument(check, path: str) -> str:
     """`path` if check(path) passes, else argparse's one-line error ("argument FILE.h5: 'x.h5'
     does not exist") rather than h5py's traceback."""
-    from ordersim.trace import NotATrace
-
     try:
         check(path)
     except NotATrace as why:
@@ -443,15 +442,11 @@ def _file_argument(check, path: str) -> str:
 
 def hdf5_file(path: str) -> str:
     """argparse's type of a FILE.h5 argument: an existing HDF5 file (herding-sim's files)."""
-    from ordersim.trace import check_hdf5_file
-
     return _file_argument(check_hdf5_file, path)
 
 
 def run_trace(path: str) -> str:
     """argparse's type of a FILE.h5 argument: an ordersim run trace."""
-    from ordersim.trace import trace_root
-
     return _file_argument(trace_root, path)
 
 
