@@ -226,14 +226,18 @@ def merge_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m ordersim merge",
                                 description="Join trace files (e.g. a sweep's cells) into one tidy "
                                             "table: one row per (file, run, measured epoch), the run "
-                                            "attributes and the sweep cell's parameters as columns. "
+                                            "attributes and every config field that differs among "
+                                            "the files (a sweep's axes) as columns. "
                                             "A file that is missing or not a readable ordersim trace "
                                             "stops the merge (exit 2). Files that are cells of one "
                                             "sweep (their traces record the cell's index and the "
                                             "sweep's cell count) are checked for missing cells: the "
                                             "merge goes on with a warning naming them.")
     p.add_argument("files", nargs="+", help="trace files (HDF5)")
-    p.add_argument("--out", required=True, help="output table: .csv or .parquet")
+    p.add_argument("--out", required=True,
+                   help="output table, its format from the extension: .csv, or .parquet (needs pyarrow); "
+                        "never one of the input files")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     args = p.parse_args(argv)
     try:
         import pandas as pd
@@ -241,24 +245,30 @@ def merge_main(argv: list[str]) -> int:
         print("ordersim: error: merge needs pandas, from the analysis extra: "
               "pip install 'ordersim[analysis]'", file=sys.stderr)
         return 2
+    problem = merge_output_error(args.out, args.files, args.overwrite)
+    if problem:
+        print(f"ordersim: error: merge: {problem}", file=sys.stderr)
+        return 2
 
     from ordersim.analysis.load import load_runs
     from ordersim.trace import NotATrace, trace_root
 
-    roots, tables = [], []
+    roots = []
     for path in args.files:
         try:
             roots.append(trace_root(path))
-            tables.append(load_runs([path]))  # one file at a time: an error names its file
         except NotATrace as why:
             print(f"ordersim: error: merge: {path!r} {why}", file=sys.stderr)
             return 2
-        except (OSError, KeyError, ValueError) as err:
-            print(f"ordersim: error: merge: {path!r} is an unreadable trace ({err})", file=sys.stderr)
-            return 2
+    try:
+        # all files at once: the config fields that differ among them (a sweep's axes) become columns
+        table = load_runs(args.files)
+    except (OSError, KeyError, ValueError) as err:
+        path = next((path for path in args.files if not _loads_alone(path)), args.files[0])
+        print(f"ordersim: error: merge: {path!r} is an unreadable trace ({err})", file=sys.stderr)
+        return 2
     for warning in missing_cells(roots):
         print(f"ordersim: warning: merge: {warning}", file=sys.stderr)
-    table = pd.concat(tables, ignore_index=True)
     if args.out.endswith(".parquet"):
         table.to_parquet(args.out)
     else:
@@ -266,6 +276,42 @@ def merge_main(argv: list[str]) -> int:
     runs = table.groupby(["file", "orderer", "seed"]).ngroups if len(table) else 0
     print(f"merged {len(args.files)} files, {runs} runs, {len(table)} rows -> {args.out}")
     return 0
+
+
+def _loads_alone(path: str) -> bool:
+    """Whether one file loads on its own (to name the file an error of a whole merge came from)."""
+    from ordersim.analysis.load import load_runs
+
+    try:
+        load_runs([path])
+    except (OSError, KeyError, ValueError):
+        return False
+    return True
+
+
+MERGE_FORMATS = (".csv", ".parquet")
+
+
+def merge_output_error(out: str, inputs: list[str], overwrite: bool) -> str | None:
+    """Why merge must not write the table `out`, or None: one of the input traces, an extension
+    other than MERGE_FORMATS' (a trace's name would get CSV text), parquet without pyarrow, or an
+    existing file without --overwrite."""
+    from ordersim.output import same_file
+
+    for path in inputs:
+        if same_file(out, path):
+            return f"--out {out!r} is one of the input traces; choose another --out"
+    if not out.endswith(MERGE_FORMATS):
+        return (f"--out {out!r}: the table's format comes from its extension; allowed: "
+                f"{', '.join(MERGE_FORMATS)}")
+    if out.endswith(".parquet"):
+        try:
+            import pyarrow  # noqa: F401  (pandas writes parquet through it)
+        except ImportError:
+            return f"--out {out!r}: writing .parquet needs pyarrow (pip install pyarrow); or write .csv"
+    if os.path.exists(out) and not overwrite:
+        return f"--out {out!r} exists; pass --overwrite to replace it"
+    return None
 
 
 def missing_cells(roots: list[dict]) -> list[str]:

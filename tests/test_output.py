@@ -266,3 +266,38 @@ def test_merge_of_bad_inputs_is_one_line_and_exit_2(cells, tmp_path):
                        (foreign, ["not an ordersim trace"]), (truncated, ["does not open"])):
         line = one_line_error(merge([good, bad], tmp_path / "m.csv"), repr(str(bad)), *words)
         assert not (tmp_path / "m.csv").exists(), line
+
+
+def test_merge_refuses_to_write_over_its_inputs_or_an_existing_file(cells, tmp_path):
+    good = cells / "cell_0000.h5"
+    before = good.read_bytes()
+    existing = tmp_path / "table.csv"
+    existing.write_text("kept\n")
+    cases = [(good, ["is one of the input traces"]), (tmp_path / "table.h5", ["extension", ".csv, .parquet"]),
+             (existing, ["exists", "--overwrite"])]
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        cases.append((tmp_path / "table.parquet", ["needs pyarrow"]))
+    for out, words in cases:
+        one_line_error(merge([good], out), repr(str(out)), *words)
+    assert good.read_bytes() == before and existing.read_text() == "kept\n"
+    replaced = run_serial(["merge", str(good), "--out", str(existing), "--overwrite"], timeout=120)
+    assert replaced.returncode == 0, replaced.stderr
+    assert existing.read_text().startswith("file,")
+
+
+def test_merge_has_a_column_for_every_config_field_that_differs(tmp_path):
+    """momentum is no run attribute: only the configs tell the cells apart."""
+    config = tmp_path / "momentum.toml"
+    config.write_text(SWEEP.format(out=tmp_path / "cells.h5").replace("lr = [0.1, 0.2]\nbatch = [1, 2]",
+                                                                       "momentum = [0.0, 0.5]"))
+    result = run_serial(["run", str(config)])
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "m.csv"
+    result = merge(sorted((tmp_path / "cells").glob("cell_*.h5")), out)
+    assert result.returncode == 0, result.stderr
+    import pandas as pd
+
+    table = pd.read_csv(out)
+    assert sorted(table.groupby("file").momentum.first()) == [0.0, 0.5]
