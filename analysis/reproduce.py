@@ -5,7 +5,7 @@
 
 NAME: scaling, grab_mnist, cdgrab_logreg, cdgrab_workers, rr_w8a, herding (default: all). Every
 paper's experiment runs as its own `python -m ordersim run runs/papers/NAME.toml [--quick]
---overwrite` (herding: `python -m ordersim herding-sim` with the options of
+--overwrite` (herding: `python -m ordersim herding-sim --overwrite` with the options of
 runs/papers/herding.toml) into the config's `out`; scaling runs `python -m ordersim run
 runs/scaling.toml --workers m --data ... --out OUT/m<m>_n<n>` for every (m, n) of its grid
 (SCALING_GRIDS), in this process (its many small runs would spend more time starting processes
@@ -169,7 +169,7 @@ def command(name: str, values: dict, quick_flag: list[str], out: str) -> list[st
     if name == "herding":
         options = ["--workers", *map(str, values["workers"]), "--total", str(values["total"]), "--dim",
                    str(values["dim"]), "--rounds", str(values["rounds"]), "--orderers", *values["orderers"],
-                   "--seed", str(values["seed"]), "--out", out, "--quiet"]
+                   "--seed", str(values["seed"]), "--out", out, "--overwrite", "--quiet"]
         return ["herding-sim", *options]
     return ["run", str(config_path(name)), "--overwrite", "--out", out, *quick_flag]
 

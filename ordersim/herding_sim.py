@@ -11,6 +11,7 @@ boundaries) of the new order is recorded. See docs/herding_sim.md.
 import argparse
 import datetime
 import json
+import os
 import sys
 import time
 
@@ -18,10 +19,11 @@ import numpy as np
 from numba import njit
 
 from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
-import ordersim
 from ordersim.metrics import parallel_herding
 from ordersim.orderers import available_orderers, make_orderer, orderer_class
+from ordersim.provenance import code_state
 from ordersim.streams import stream
+from ordersim.trace import NotATrace, check_hdf5_file
 
 PAPER_ORDERERS = ("rr", "d-grab", "d-grab-pair", "cd-grab")  # the CD-GraB paper's figure; run()'s default
 # The command's default: the paper's, then the second wave (cd-kh is ordersim's own); kh-sgd and
@@ -199,7 +201,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the vectors and of every orderer's random streams (default: 0)")
     parser.add_argument("--out", default="herding_sim.h5",
-                        help="HDF5 file to write (overwritten; default: herding_sim.h5)")
+                        help="HDF5 file to write (default: herding_sim.h5); an existing one is "
+                             "replaced only with --overwrite, and only if it is a herding-sim file")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing herding-sim --out")
     parser.add_argument("--quiet", action="store_true",
                         help="do not print a progress line per (m, orderer); the table is still printed")
     return parser
@@ -230,6 +234,31 @@ def _validate(args) -> str | None:
         check_orderers(args.orderers, args.workers, examples)
     except ValueError as error:
         return f"--orderers: {error}"
+    return None
+
+
+def _existing_output_error(out: str, overwrite: bool) -> str | None:
+    """Why herding-sim must not replace `out`, or None: an existing file that is not a herding-sim
+    file (a run trace, notes: never replaced), or one that is, without --overwrite. An empty file
+    holds nothing to lose."""
+    import h5py
+
+    if not os.path.isfile(out) or not os.path.getsize(out):
+        return None
+    try:
+        check_hdf5_file(out)
+    except NotATrace as why:
+        return f"--out {out!r} exists and {why}; herding-sim replaces only its own files: choose another --out"
+    try:
+        with h5py.File(out, "r") as f:
+            kind = f.attrs.get("experiment")
+    except OSError:  # a damaged HDF5 file: not known to be herding-sim's
+        kind = None
+    if kind != "herding-sim":
+        return (f"--out {out!r} exists and is not a herding-sim file; herding-sim replaces only its own "
+                f"files: choose another --out")
+    if not overwrite:
+        return f"--out {out!r} already holds a herding-sim file; pass --overwrite to replace it"
     return None
 
 
@@ -266,6 +295,10 @@ def main(argv: list[str] | None = None) -> int:
         "orderers": args.orderers, "batch": args.batch, "seed": args.seed, "norm": "inf",
         "first_order": "random", "out": args.out,
     }
+    problem = _existing_output_error(args.out, args.overwrite)
+    if problem:
+        print(f"{PROG}: error: {problem}", file=sys.stderr)
+        return 2
     try:
         handle = h5py.File(args.out, "w")
     except OSError as error:
@@ -276,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     results, initial = {}, {}
     with handle:
         handle.attrs["experiment"] = "herding-sim"
-        handle.attrs["ordersim_version"] = ordersim.__version__
+        handle.attrs.update(code_state())  # ordersim_version, git commit, libraries, command line
         handle.attrs["config"] = json.dumps(config, sort_keys=True)
         handle.attrs["start_time"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
         handle.flush()

@@ -216,3 +216,31 @@ def test_module_entry_point_runs_and_reports_errors(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "bad.h5").exists()
+
+
+def test_out_refuses_other_files_and_replaces_its_own_only_with_overwrite(tmp_path, capsys, monkeypatch):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("kept\n")
+    trace = tmp_path / "trace.h5"
+    with h5py.File(trace, "w") as f:
+        f.attrs.update(ordersim_version="0.1.0", config="{}")
+    own = tmp_path / "own.h5"
+    assert main(["--workers", "2", "--total", "16", "--rounds", "1", "--orderers", "rr", "--quiet",
+                 "--out", str(own)]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(herding_sim, "run", lambda *a, **k: pytest.fail("computed before checking --out"))
+    for out, words in ((notes, ["is not an HDF5 file"]), (trace, ["is not a herding-sim file"]),
+                       (own, ["already holds a herding-sim file", "--overwrite"])):
+        assert main(["--workers", "2", "--total", "16", "--out", str(out)]) == 2
+        message = capsys.readouterr().err.strip()
+        assert "\n" not in message and repr(str(out)) in message, message
+        for word in words:
+            assert word in message, (word, message)
+    assert notes.read_text() == "kept\n"
+    with h5py.File(trace, "r") as f:
+        assert f.attrs["config"] == "{}"
+    monkeypatch.undo()
+    assert main(["--workers", "2", "--total", "16", "--rounds", "1", "--orderers", "rr", "--quiet",
+                 "--out", str(own), "--overwrite"]) == 0
+    with h5py.File(own, "r") as f:
+        assert f.attrs["experiment"] == "herding-sim" and "git_commit" in f.attrs
