@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import signal
+import sys
 import threading
 import uuid
 
@@ -39,7 +40,9 @@ import numpy as np
 import ordersim
 
 EXIT_CHECKPOINTED = 3
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+EXIT_INTERRUPTED = 130  # the shell's 128 + SIGINT: a second Ctrl-C
+# SIGINT is Ctrl-C: the first stops at the next epoch boundary like SIGTERM, a second aborts now
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 FORMAT = "ordersim-checkpoint-hdf5"  # what kind of file this is; layouts are compared, not versions
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 ARRAY_KINDS = "biuf"  # bool, signed and unsigned integers, floats: nothing that needs decoding
@@ -50,17 +53,22 @@ class CheckpointError(Exception):
 
 
 class StopRequest:
-    """Remembers that SIGTERM or SIGUSR1 arrived; the work stops at the next epoch boundary, or
-    at the next phase boundary of the set-up.
+    """Remembers that SIGTERM, SIGUSR1 or SIGINT arrived; the work stops at the next epoch
+    boundary, or at the next phase boundary of the set-up.
 
     One per process (stop_request()), which `python -m ordersim run` installs before its heavy
-    imports and keeps until the exit: a repeated signal is only remembered again, never fatal.
+    imports and keeps until the exit: a repeated SIGTERM or SIGUSR1 is only remembered again, never
+    fatal (a scheduler may send several); a second Ctrl-C (SIGINT) raises KeyboardInterrupt, the
+    user's way to stop without waiting for the epoch to end (abort_on_exception ends the job).
+    ``announce``: whether this process says so on stderr (the runner leaves it to rank 0).
     The C-level handler also writes the signal's number to the pipe `wakeup`, which a thread can
     wait on while the main thread is inside jitted code or MPI (ordersim/stall.py): the Python
     handler runs only when the main thread executes bytecode again."""
 
     def __init__(self):
         self.signal_name = None
+        self.announce = True
+        self.interrupts = 0
         self.wakeup = None
         if threading.current_thread() is threading.main_thread():  # set_wakeup_fd's condition
             self.wakeup, write = os.pipe()
@@ -74,6 +82,13 @@ class StopRequest:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum, frame):
+        if signum == signal.SIGINT:
+            self.interrupts += 1
+            if self.interrupts > 1:
+                raise KeyboardInterrupt
+            if self.announce:
+                print("\nordersim: Ctrl-C: stopping at the next epoch boundary with a checkpoint "
+                      "(Ctrl-C again to stop now, without one)", file=sys.stderr, flush=True)
         self.note(signum)
 
     def note(self, signum: int) -> None:

@@ -3,6 +3,7 @@
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 
@@ -92,6 +93,7 @@ def main(argv: list[str]) -> int:
 
 def _main(args, comm, size) -> int:
     rank = comm.Get_rank() if comm is not None else 0
+    stop_request().announce = rank == 0  # one "stopping at the next epoch" line per job
     try:
         flags = overrides_from_args(args)
         runs = [(flags, None)]
@@ -205,8 +207,10 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
     except Checkpointed as stopped:
         backend.close()
         if rank == 0:
+            # --out named: without it a new run would write a new timestamped file
             print(f"ordersim: stopped by a signal; checkpoint {stopped}; trace {out}; continue with "
-                  f"--resume (exit {EXIT_CHECKPOINTED})", file=sys.stderr, flush=True)
+                  f"the same command and --resume --out {shlex.quote(out)} (exit {EXIT_CHECKPOINTED})",
+                  file=sys.stderr, flush=True)
         return EXIT_CHECKPOINTED
     except TraceWriteError as err:  # raised on rank 0, the writer, while the others compute
         print(f"ordersim: error: {err} (exit {EXIT_TRACE_WRITE})", file=sys.stderr, flush=True)

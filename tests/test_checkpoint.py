@@ -49,6 +49,7 @@ def stop_after(command, marker, sig, timeout=300):
 
 @pytest.mark.parametrize("stops", [
     [("[rr seed 0] epoch   1/", signal.SIGUSR1)],
+    [("[d-grab seed 1] epoch   3/", signal.SIGINT)],  # Ctrl-C
     [("[rr seed 1] epoch   7/", signal.SIGTERM), ("[cd-grab seed 1] epoch   2/", signal.SIGUSR1),
      ("[d-grab seed 0] epoch   5/", signal.SIGTERM)],
 ])
@@ -58,6 +59,8 @@ def test_resumed_run_is_bitwise_identical_to_uninterrupted(uninterrupted, tmp_pa
     for i, (marker, sig) in enumerate(stops):
         code, err = stop_after(command + (["--resume"] if i else []), marker, sig)
         assert code == checkpoint.EXIT_CHECKPOINTED, err
+        assert f"--resume --out {out}" in err, err  # the message names the file to resume
+        assert ("Ctrl-C again to stop now" in err) == (sig == signal.SIGINT), err
         assert os.path.exists(checkpoint.checkpoint_path(str(out)))
         with open_when_released(out) as f:  # the trace holds every completed epoch meanwhile
             assert "runs/rr/seed_0/train_loss" in f
@@ -65,6 +68,23 @@ def test_resumed_run_is_bitwise_identical_to_uninterrupted(uninterrupted, tmp_pa
     assert result.returncode == 0, result.stderr
     assert not os.path.exists(checkpoint.checkpoint_path(str(out)))  # finished: nothing to resume
     assert_bitwise_equal(uninterrupted, contents(out))
+
+
+def test_a_second_ctrl_c_stops_at_once_in_one_line(capsys):
+    """The first Ctrl-C asks for a checkpoint at the next epoch boundary; the second raises
+    KeyboardInterrupt, which abort_on_exception turns into one line and exit 130 (no traceback).
+    In process: two SIGINTs sent to a child within one jitted epoch reach Python as one."""
+    from ordersim.backend import abort_on_exception
+
+    stop = checkpoint.StopRequest.__new__(checkpoint.StopRequest)  # its handler, without installing it
+    stop.signal_name, stop.announce, stop.interrupts = None, True, 0
+    stop._handle(signal.SIGINT, None)
+    assert stop.requested and "Ctrl-C again to stop now" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as ended:
+        abort_on_exception(None, stop._handle, signal.SIGINT, None)
+    assert ended.value.code == checkpoint.EXIT_INTERRUPTED == 130
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "interrupted by a second Ctrl-C" in err and "Traceback" not in err, err
 
 
 def test_resume_after_a_hard_kill_cuts_the_trace_back_to_the_checkpoint(uninterrupted, tmp_path):
