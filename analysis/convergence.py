@@ -4,8 +4,9 @@
                                    [--x epochs time sim_time]
 
 Writes DIR/convergence_epochs.{png,pdf} (against epochs), DIR/convergence_time.{png,pdf}
-(against wall-clock time: at each measured epoch, the mean over seeds of the run's cumulative
-``wall_time``) and, for traces with a straggler model, DIR/convergence_sim_time.{png,pdf}
+(against training time: at each measured epoch, the mean over seeds of the run's cumulative
+``train_time``, the wall-clock seconds of its training epochs without the measurements; traces
+older than train_time fall back to ``wall_time``, which includes them, and the axis says so) and, for traces with a straggler model, DIR/convergence_sim_time.{png,pdf}
 (against simulated time, the cumulative ``sim_time``; docs/stragglers.md). ``--x`` picks the
 figures. One panel per metric present in the files, one line per orderer (and per configuration
 when the files differ in m, n, b, lr, problem, coding or s: shades of the orderer's colour, a grey
@@ -34,8 +35,16 @@ LABELS = {
 }
 DEFAULT_METRICS = ("train_loss", "suboptimality", "grad_norm", "test_accuracy")
 X_AXES = (("epochs", "epoch", "epoch $t$ (passes over the data)"),
-          ("time", "wall_time", "wall-clock time (s)"),
+          ("time", "train_time", "training time (s, wall clock)"),
           ("sim_time", "sim_time", "simulated time (s)"))
+
+
+def time_column(df) -> tuple[str, str]:
+    """The wall-clock axis and its label: ``train_time`` (the training alone), or ``wall_time``
+    for traces written before train_time was recorded (their time includes the measurements)."""
+    if "train_time" in df and df["train_time"].notna().any():
+        return X_AXES[1][1:]
+    return "wall_time", "wall-clock time (s, measurements included)"
 
 
 def figures(df, band_kind="minmax", names=DEFAULT_METRICS, x_axes=None) -> dict:
@@ -54,6 +63,8 @@ def figures(df, band_kind="minmax", names=DEFAULT_METRICS, x_axes=None) -> dict:
     variants = style.Variants(df)
     out = {}
     for name, x_col, x_label in (axis for axis in X_AXES if axis[0] in x_axes):
+        if name == "time":
+            x_col, x_label = time_column(df)
         fig, axes = style.figure(len(metrics))
         times = ({(o, c): v for o, c, _, v in variants.series(df, x_col)} if x_col != "epoch" else None)
         for ax, (metric, y_label, scale) in zip(axes, metrics):
@@ -87,7 +98,8 @@ def main(argv=None) -> int:
                    help=f"per-epoch datasets to plot, one panel each (those absent from the files are skipped); "
                         f"choices: {', '.join(LABELS)}")
     p.add_argument("--x", nargs="+", choices=[a[0] for a in X_AXES], default=None, metavar="AXIS",
-                   help="x axes, one figure each: epochs, time (wall clock), sim_time (simulated time "
+                   help="x axes, one figure each: epochs, time (the training's wall-clock time, "
+                        "without the measurements), sim_time (simulated time "
                         "of a straggler model); default: epochs and time, plus sim_time when present")
     args = style.parse(p, argv)
     plot(style.load(args.files), args.out, args.band, args.metrics, args.x)

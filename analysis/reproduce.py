@@ -219,10 +219,14 @@ def final_mean(df, column: str) -> dict:
 
 
 def at_time(df, column: str, time: float) -> dict:
-    """Per orderer: the mean over seeds of `column` interpolated at wall-clock `time` (seconds)."""
+    """Per orderer: the mean over seeds of `column` interpolated at training time `time` (seconds
+    of wall clock, convergence.time_column)."""
+    from ordersim.analysis.convergence import time_column
+
+    clock = time_column(df)[0]
     out = {}
     for orderer, g in df.groupby("orderer"):
-        values = [np.interp(time, run.wall_time.to_numpy(), run[column].to_numpy())
+        values = [np.interp(time, run[clock].to_numpy(), run[column].to_numpy())
                   for _, run in g.groupby(["file", "seed"])]
         out[orderer] = float(np.mean(values))
     return out
@@ -267,7 +271,9 @@ def grab_mnist(files, quick):
 def cdgrab_logreg(files, quick):
     df = runs_table(files)
     final = final_mean(df, "suboptimality")
-    end = min(g.wall_time.max() for _, g in df.groupby(["orderer", "seed"]))
+    from ordersim.analysis.convergence import time_column
+
+    end = min(g[time_column(df)[0]].max() for _, g in df.groupby(["orderer", "seed"]))
     timed = at_time(df, "suboptimality", end)
     rivals = [k for k in final if k != "cd-grab"]
     shown = all(final["cd-grab"] < final[k] and timed["cd-grab"] < timed[k] for k in rivals)
@@ -378,17 +384,20 @@ def draw(name, verdict, data, out: Path, quick: bool):
     df, panels = data
     if name != "cdgrab_logreg":
         return curves(df, panels, out, name, title)
+    from ordersim.analysis.convergence import time_column
+
     fig, axes = style.figure(2, width=3.4, height=2.6)
     column, label, _ = panels[0]
+    clock, clock_label = time_column(df)
     for lab, (xs, values) in style.by_seed(df, "epoch", column).items():
         style.band(axes[0], xs, values, lab)
     for lab, g in sorted(df.groupby("label"), key=lambda kv: style.orderer_key(kv[0])):
         for _, run in g.groupby(["file", "seed"]):
-            axes[1].plot(run.wall_time, run[column], color=style.color(lab), linewidth=0.8)
+            axes[1].plot(run[clock], run[column], color=style.color(lab), linewidth=0.8)
     for ax in axes:
         style.log_if_positive(ax, df[column])
     axes[0].set_xlabel("epoch")
-    axes[1].set_xlabel("wall-clock s, no compilation (a line per seed)")
+    axes[1].set_xlabel(f"{clock_label}, no compilation (a line per seed)")
     axes[0].set_ylabel(label)
     style.legend(axes[0], "minmax" if df.seed.nunique() > 1 else None, figure_level=True)
     fig.tight_layout()

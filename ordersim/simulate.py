@@ -263,7 +263,9 @@ class Run:
         engine.compile_for_steps(problem.batch_grads)  # before the step loops use it
         self.velocity = aligned.zeros(d)
         self.idx = np.empty(max(b, 1), dtype=np.int64)
-        self.timers = dict(compute_time=0.0, order_time=0.0, comm_time=0.0)
+        # train_time: wall-clock seconds of the training epochs, split (not exhaustively) into
+        # compute, order and comm; measure_time: of the measurements, which none of them counts
+        self.timers = dict(train_time=0.0, compute_time=0.0, order_time=0.0, comm_time=0.0, measure_time=0.0)
         self.status = "completed"
         self.step = 0
         self.trace_steps: list[tuple[int, int, float]] = []
@@ -319,6 +321,12 @@ class Run:
 
     def train_epoch(self, epoch: int, lr: float) -> bool:
         """One epoch; False when the run diverged."""
+        began = time.perf_counter()
+        ok = self._train_epoch(epoch, lr)
+        self.timers["train_time"] += time.perf_counter() - began
+        return ok
+
+    def _train_epoch(self, epoch: int, lr: float) -> bool:
         order = self.timed("order_time", self.orderer.begin_epoch)[self.own_rows]
         first_step = self.step
         coef = None
@@ -430,13 +438,12 @@ class Run:
         it into a config error on every rank)."""
         s, backend = self.setup, self.setup.backend
         p, m, n, d = s.problem, self.m, self.n, self.d
-        start = time.perf_counter()
+        began = time.perf_counter()
         local = np.empty((self.local, d + 2))
         for w in range(self.local):
             idx = np.arange(w * n, (w + 1) * n, dtype=np.int64)
             local[w, 0] = p.full_grad(self.x, s.A, s.y, idx, p.params, local[w, 2:])
             local[w, 1] = p.accuracy(self.x, s.A, s.y, idx, p.params)
-        self.timers["compute_time"] += time.perf_counter() - start
         gathered = self._gather(local)
         totals = engine.sum_in_worker_order(gathered) / m
         mean_grad = totals[2:]
@@ -450,8 +457,8 @@ class Run:
             constants=s.constants, train_loss=totals[0], mean_grad=read_only(mean_grad),
             worker_grads=read_only(worker_grads), config=s.config, backend=backend, gather=self._gather)))
         # The walk metrics stay here, not measurements: they walk the orderer's next order in
-        # chunks with the run's index and scratch buffers and time their gradient passes as
-        # compute_time, which a view would have to expose whole (the Run itself) to keep.
+        # chunks with the run's index and scratch buffers, which a view would have to expose
+        # whole (the Run itself) to keep.
         if s.config.herding:
             record["herding_inf"], record["herding_2"], record["avg_grad_error"] = \
                 self._herding(mean_grad, worker_grads)
@@ -459,7 +466,9 @@ class Run:
             record.update(self._shuffle_variance(epoch))
         record["balance_discrepancy"] = backend.max(getattr(self.orderer, "balance_discrepancy", 0.0)) \
             if epoch > 0 else 0.0
-        record["wall_time"] = time.perf_counter() - self.wall_start
+        now = time.perf_counter()
+        self.timers["measure_time"] += now - began
+        record["wall_time"] = now - self.wall_start
         record.update(self.timers)
         if self.clock:
             record.update(self.clock.record())
@@ -480,10 +489,9 @@ class Run:
         return values
 
     def _gather(self, local):
-        start = time.perf_counter()
-        out = self.setup.backend.gather_workers(local, np.empty((self.m, *local.shape[1:]), local.dtype))
-        self.timers["comm_time"] += time.perf_counter() - start
-        return out
+        """Every worker's rows of `local`, on every rank: for measurements and recorded orders
+        (measure_time, not the training's comm_time)."""
+        return self.setup.backend.gather_workers(local, np.empty((self.m, *local.shape[1:]), local.dtype))
 
     def _herding(self, mean_grad, worker_means) -> tuple[float, float, float]:
         """Parallel herding (inf, 2) and the average gradient error of the next epoch's order, on
@@ -501,12 +509,10 @@ class Run:
         for first in range(0, steps_total, chunk):
             steps = min(chunk, steps_total - first)
             local = self.buffer("herding step sums", (self.local, steps, d))
-            start = time.perf_counter()
             for w in range(self.local):
                 metrics.step_sums_and_grad_error(p.batch_grads, self.x, s.A, s.y, p.params, order, w, w * n,
                                                  first, steps, b, n, self.idx, scratch, local[w],
                                                  worker_means[w], worker_prefix[w], errors)
-            self.timers["compute_time"] += time.perf_counter() - start
             gathered = self._gather(local)
             counts = np.minimum(b, n - (first + np.arange(steps)) * b).astype(np.float64)
             engine.accumulate_herding(gathered, counts, mean_grad, prefix, peaks)
@@ -522,12 +528,10 @@ class Run:
         gamma = learning_rate(s.config, epoch, s, self.orderer_name) / (self.m * self.b)
         order = self.orderer.order[self.own_rows]
         values = np.empty((self.local, n))
-        start = time.perf_counter()
         for w in range(self.local):
             metrics.shuffle_variance_walk(p.batch_grads, p.full_loss, c["x_star"], s.A, s.y, p.params, order,
                                           w, w * n, gamma, self.idx, np.empty((1, d)), np.empty(d),
                                           np.empty(d), values[w])
-        self.timers["compute_time"] += time.perf_counter() - start
         per_position = engine.sum_in_worker_order(self._gather(values)) / self.m
         spread = gamma * n * c["sigma2_star"]
         return dict(shuffle_variance=float(per_position.max()), shuffle_variance_upper=spread * c["L"] / 4,

@@ -90,13 +90,24 @@ MEASURED_LAST = (
             "max_k ‖s_k‖_∞ of the running sum during epoch t (0 at epoch 0 and for orderers that do "
             "not balance)", always=True),
     Dataset("wall_time", "float64", "(T,)", "always",
-            "seconds since the run started (cumulative); the run starts after its warm-up, so no "
-            "compilation is in it", always=True),
+            "seconds since the run started (cumulative), everything included: training, "
+            "measurements, trace writes; the run starts after its warm-up, so no compilation is in it",
+            always=True),
+    Dataset("train_time", "float64", "(T,)", "always",
+            "cumulative wall-clock seconds of the training epochs (the orderer, the steps and their "
+            "exchange), without the measurements and the trace: the time axis that compares "
+            "orderers (0 at epoch 0)", always=True),
     Dataset("compute_time", "float64", "(T,)", "always",
-            "cumulative seconds spent computing gradients and updates (timed inside the jitted epoch "
-            "loops with `clock_gettime`; where the C library lacks it, Windows, it reads 0)", always=True),
+            "the part of `train_time` spent computing gradients and updates (timed inside the jitted "
+            "epoch loops with `clock_gettime`; where the C library lacks it, Windows, it reads 0)",
+            always=True),
     Dataset("order_time", "float64", "(T,)", "always", "the same, in the orderer", always=True),
-    Dataset("comm_time", "float64", "(T,)", "always", "the same, in MPI collectives", always=True),
+    Dataset("comm_time", "float64", "(T,)", "always", "the same, in the training's MPI collectives",
+            always=True),
+    Dataset("measure_time", "float64", "(T,)", "always",
+            "cumulative wall-clock seconds of the measurements up to and including epoch t's (the "
+            "full-gradient pass, herding, the other measurements and their collectives), which "
+            "`train_time` leaves out", always=True),
     Dataset("sim_time", "float64", "(T,)", "`stragglers` set",
             "cumulative simulated seconds ([stragglers.md](stragglers.md))"),
     Dataset("sim_epoch_time", "float64", "(T,)", "`stragglers` set", "simulated seconds of epoch t"),

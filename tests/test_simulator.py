@@ -20,7 +20,7 @@ from ordersim.orderers import available_orderers, orderer_class
 SMALL = ["--epochs", "3", "--workers", "4", "--batch", "3", "--seeds", "0", "1", "--quiet",
          "--record-orders", "--trace-every", "5", "--shuffle-variance",
          "--orderers", "rr", "d-grab", "cd-grab", "d-grab-pair"]
-TIMING = {"wall_time", "compute_time", "order_time", "comm_time", "compile_time"}
+TIMING = {"wall_time", "train_time", "compute_time", "order_time", "comm_time", "measure_time", "compile_time"}
 
 
 def run_serial(args, timeout=300, env=None):
@@ -87,8 +87,16 @@ def test_serial_trace_has_documented_layout(serial_trace):
                 assert list(run["epoch"][()]) == [0, 1, 2, 3]
                 for name in ("train_loss", "grad_norm", "suboptimality", "dist_to_opt", "test_loss",
                              "test_accuracy", "herding_inf", "herding_2", "balance_discrepancy",
-                             "wall_time", "compute_time", "order_time", "comm_time"):
+                             "wall_time", "train_time", "compute_time", "order_time", "comm_time",
+                             "measure_time"):
                     assert run[name].shape == (4,), name
+                # training and measurement timed apart: the parts of train_time stay within it,
+                # and the measurements (every epoch here) are in measure_time alone
+                train, measured = run["train_time"][()], run["measure_time"][()]
+                parts = run["compute_time"][()] + run["order_time"][()] + run["comm_time"][()]
+                assert train[0] == 0 and np.all(np.diff(train) > 0) and np.all(parts <= train), (train, parts)
+                assert measured[0] > 0 and np.all(np.diff(measured) > 0)
+                assert np.all(train + measured <= run["wall_time"][()])
                 assert np.all(run["suboptimality"][()] > -1e-9)
                 assert np.all(run["avg_grad_error"][()] > 0) and np.all(run["shuffle_variance"][()] > 0)
                 assert np.all(run["shuffle_variance_lower"][()] < run["shuffle_variance_upper"][()])

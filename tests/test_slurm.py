@@ -26,12 +26,12 @@ import pytest
 
 from conftest import ROOT
 from slurm_cluster import SlurmCluster, SlurmUnavailable
+from test_simulator import TIMING
 
 pytestmark = pytest.mark.slurm
 
 SINGLE = ROOT / "runs" / "slurm" / "single.sbatch"
 SWEEP_ARRAY = ROOT / "runs" / "slurm" / "sweep_array.sbatch"
-TIMING = {"wall_time", "compute_time", "order_time", "comm_time", "compile_time"}
 # Rank 0 alone prints the ranks it can reach (two processes printing at once may interleave their
 # characters); K one-rank worlds would print "world [0]" K times instead.
 WORLD = ("from mpi4py import MPI; c = MPI.COMM_WORLD; r = c.gather(c.Get_rank()); "
