@@ -36,6 +36,7 @@ each class docstring): ``constant``, ``shifted-exp``, ``persistent``, ``bernoull
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -526,7 +527,7 @@ class EpochClock:
         return dict(sim_time=self.now, sim_epoch_time=self.epoch_times[-1] if self.epoch_times else 0.0)
 
     def attrs(self) -> dict:
-        return dict(straggler_model=self.model.name, straggler_params=repr(self.model.params()),
+        return dict(straggler_model=self.model.name, straggler_params=json.dumps(self.model.params(), sort_keys=True),
                     coding=self.scheme.name, coding_s=self.scheme.s, load=self.scheme.load,
                     latency=self.comm.latency, bandwidth=self.comm.bandwidth)
 

@@ -199,7 +199,8 @@ RUN_ATTRIBUTES = (
               "schedule and the analyses' regime\")"),
     Attribute("in_regime", "bool", "with those: α L_max n ≤ 1 and T ≥ κ"),
     Attribute("straggler_model, straggler_params, coding", "str", "with a straggler model (`stragglers` set; "
-              "[stragglers.md](stragglers.md)): its name and parameters, and the coding scheme's name"),
+              "[stragglers.md](stragglers.md)): its name, its parameters (a JSON object), and the coding "
+              "scheme's name"),
     Attribute("coding_s, load, latency, bandwidth", "int, float", "with a straggler model: the stragglers s "
               "the scheme tolerates, its load, and the communication model's latency (s) and bandwidth "
               "(bytes/s)"),

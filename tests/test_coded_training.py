@@ -2,6 +2,7 @@
 scheme's decoded gradient, checked against a plain NumPy simulation of the scheme; per-example
 coverage; serial and MPI agree bit for bit; impossible configs exit 2 naming the field."""
 
+import json
 import signal
 import subprocess
 import sys
@@ -124,6 +125,8 @@ def test_coverage_is_recorded_and_consistent(tmp_path):
         assert result.returncode == 0, result.stderr
         with h5py.File(path, "r") as f:
             run = f["runs/cd-grab/seed_1"]
+            # the model's parameters as JSON (trace-format.md), not Python's repr
+            assert json.loads(run.attrs["straggler_params"]) == {"a": 1.0, "mu": 1.0}
             g = run["stragglers"]
             m, n = f["shards"].shape
             cov = g["coverage"][()]
