@@ -435,7 +435,14 @@ class Run:
         A measurement whose values do not fit its declaration is skipped (the others still run,
         so every rank takes part in every collective) and named in measurement_error; the record
         done, that raises ValueError, unless defer_measurement_errors (the warm-up, which turns
-        it into a config error on every rank)."""
+        it into a config error on every rank).
+
+        A diverging model's values overflow to inf or NaN without NumPy's RuntimeWarnings: the
+        record says so, and the run stops there with one line (report_divergence)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            return self._measure(epoch)
+
+    def _measure(self, epoch: int) -> dict:
         s, backend = self.setup, self.setup.backend
         p, m, n, d = s.problem, self.m, self.n, self.d
         began = time.perf_counter()
@@ -818,18 +825,23 @@ SPREAD = "mean ± sample standard deviation over the runs (seeds) of each ordere
 
 def summary_table(results: dict) -> str:
     """The final records of every orderer's runs: the mean ± the sample standard deviation
-    (ddof 1; '-' for a single run) over its seeds, labelled as such above the table."""
+    (ddof 1; '-' for a single run) over its seeds, labelled as such above the table. A diverged
+    run's values (inf, NaN, or finite but meaningless) are left out, and the row says how many
+    diverged."""
     columns = [("train_loss", "final loss"), ("suboptimality", "f - f*"), ("herding_inf", "herding (inf)"),
                ("test_accuracy", "test acc")]
     present = [(k, label) for k, label in columns if any(k in r for rs in results.values() for r in rs)]
     header = f"{'orderer':<12} {'runs':>4}  " + "  ".join(f"{label:>22}" for _, label in present)
     lines = [f"{SPREAD}:", header, "-" * len(header)]
     for orderer, records in results.items():
+        kept = [r for r in records if r["status"] != "diverged"]
         cells = []
         for key, _ in present:
-            values = np.array([r[key] for r in records if key in r])
+            values = np.array([r[key] for r in kept if key in r])
             spread = f"{values.std(ddof=1):<8.2g}" if len(values) > 1 else f"{'-':<8}"
             cells.append(f"{values.mean():>11.4g} ± {spread}" if len(values) else f"{'-':>22}")
-        status = "" if all(r["status"] == "completed" for r in records) else "  (some diverged)"
+        diverged = len(records) - len(kept)
+        status = ("" if not diverged else f"  (all {diverged} diverged)" if not kept
+                  else f"  ({diverged} of {len(records)} diverged: the others' mean)")
         lines.append(f"{orderer:<12} {len(records):>4}  " + "  ".join(cells) + status)
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """The simulator end to end: traces, rank invariance under real MPI, errors, crashes."""
 
+import math
 import contextlib
 import os
 import signal
@@ -573,6 +574,10 @@ def test_overflowing_loss_with_a_finite_model_is_a_divergence(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if "diverged in epoch" in line]
     assert len(lines) == 2 and all("train_loss = inf" in line for line in lines), result.stdout
+    # the line per run says it; no NumPy overflow warnings, and no inf ± nan in the table
+    assert "RuntimeWarning" not in result.stderr, result.stderr
+    row = next(line for line in result.stdout.splitlines() if line.startswith("rr "))
+    assert row.endswith("(all 2 diverged)") and "inf" not in row and "nan" not in row, row
     with h5py.File(out, "r") as f:
         for seed in (0, 1):
             run = f[f"runs/rr/seed_{seed}"]
@@ -591,6 +596,7 @@ def test_divergence_under_mpi_matches_serial(tmp_path):
     serial, mpi = tmp_path / "s.h5", tmp_path / "m.h5"
     assert run_serial([*args, "--out", str(serial)]).returncode == 0
     result = run_mpi(2, ["-m", "ordersim", *args, "--out", str(mpi)])
+    assert "RuntimeWarning" not in result.stderr, result.stderr
     assert result.returncode == 0, result.stderr
     with h5py.File(mpi, "r") as f:
         assert f["runs/cd-grab/seed_0"].attrs["status"] == "diverged"
@@ -647,3 +653,15 @@ def test_under_slurm_numba_caches_on_node_local_disk(tmp_path):
     with h5py.File(tmp_path / "t.h5", "r") as f:
         assert '"hdf5_locking": false' in f.attrs["config"]
         assert f["runs/cd-grab/seed_0"].attrs["status"] == "completed"
+
+
+def test_summary_table_leaves_diverged_runs_out_and_counts_them():
+    from ordersim.simulate import summary_table
+
+    done = dict(status="completed", train_loss=0.5, suboptimality=1e-3)
+    lost = dict(status="diverged", train_loss=math.inf, suboptimality=math.nan)
+    table = summary_table({"rr": [done, dict(done, train_loss=0.7), lost], "cd-grab": [lost, lost]})
+    rr = next(line for line in table.splitlines() if line.startswith("rr "))
+    assert "0.6 ± 0.14" in rr and rr.endswith("(1 of 3 diverged: the others' mean)"), rr
+    cd = next(line for line in table.splitlines() if line.startswith("cd-grab "))
+    assert cd.endswith("(all 2 diverged)") and "inf" not in cd and "nan" not in cd, cd
