@@ -112,6 +112,40 @@ class StopRequest:
             signal.signal(sig, signal.SIG_IGN)
 
 
+class StdoutWatch:
+    """``sys.stdout`` of a run: when its reader goes away (``| head``), the run stops at the next
+    epoch boundary with a checkpoint, as on SIGTERM, instead of dying mid-epoch with a
+    BrokenPipeError traceback and an interrupted trace; the rest of its output is dropped."""
+
+    def __init__(self, stream, stop: StopRequest):
+        self._stream, self._stop = stream, stop
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._closed()
+            return len(text)
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._closed()
+
+    def _closed(self):
+        # the descriptor to /dev/null: what the stream still buffers, and the interpreter's
+        # flush at exit, then go nowhere instead of failing again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        if not self._stop.requested and self._stop.announce:
+            print("ordersim: standard output closed (piped into head?): stopping at the next epoch "
+                  "boundary with a checkpoint", file=sys.stderr, flush=True)
+        self._stop.note(signal.SIGPIPE)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 _installed: StopRequest | None = None
 
 

@@ -58,15 +58,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv[0] != "run":
             return getattr(importlib.import_module(module), function)(argv[1:])
-        from ordersim.checkpoint import stop_request  # light: signal, os, pickle
+        from ordersim.checkpoint import StdoutWatch, stop_request  # light: signal, os, pickle
 
-        # SIGTERM/SIGUSR1 handled from before the heavy imports (NumPy, Numba, MPI: seconds) to the
-        # exit: a signal at any moment stops the run cleanly (exit 3), never kills it
+        # SIGTERM/SIGUSR1/SIGINT handled from before the heavy imports (NumPy, Numba, MPI: seconds)
+        # to the exit: a signal at any moment stops the run cleanly (exit 3), never kills it; so
+        # does a closed stdout
         stop = stop_request()
+        watched, sys.stdout = sys.stdout, StdoutWatch(sys.stdout, stop)
         try:
             return getattr(importlib.import_module(module), function)(argv[1:])
         finally:
             stop.ignore_from_now()
+            sys.stdout = watched
     except PluginError as err:  # the same on every rank: every rank reads the same entry points
         print(f"ordersim: error: {err}", file=sys.stderr)
         return 2

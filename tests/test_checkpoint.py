@@ -458,3 +458,19 @@ def test_a_signal_during_a_long_set_up_stops_at_its_next_phase(tmp_path):
     assert code == checkpoint.EXIT_CHECKPOINTED, err
     assert "stopped by SIGUSR1 during the set-up (opening the data and building the problem)" in err
     assert not out.exists() and not os.path.exists(checkpoint.checkpoint_path(str(out)))
+
+
+def test_a_closed_stdout_stops_the_run_with_a_checkpoint(uninterrupted, tmp_path):
+    """`python -m ordersim ... | head -1`: the reader goes away after one line; the run stops at
+    the next epoch boundary (exit 3, no BrokenPipeError traceback) and --resume finishes it."""
+    out = tmp_path / "piped.h5"
+    proc = subprocess.Popen([sys.executable, "-m", "ordersim", *ARGS, "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == checkpoint.EXIT_CHECKPOINTED, err
+    assert "Traceback" not in err and "standard output closed" in err, err
+    result = run_serial([*ARGS, "--quiet", "--resume", "--out", str(out)])
+    assert result.returncode == 0, result.stderr
+    assert_bitwise_equal(uninterrupted, contents(out))
