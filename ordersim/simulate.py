@@ -32,7 +32,7 @@ from ordersim.orderers import build_orderer
 from ordersim.orderers._projection import project_rows
 from ordersim.streams import stream
 from ordersim.stragglers import clock_from_config
-from ordersim.trace import NoTrace, TraceWriter
+from ordersim.trace import NoTrace, TraceWriter, utc_now
 from ordersim.problems import make_problem, problem_class
 
 NO_COEFFICIENTS = np.zeros((1, 1, 1))  # the coefficients of plain (not decoded) updates
@@ -744,8 +744,11 @@ def open_trace(config, backend, setup, out, plan, resume, cell):
         remove_temporaries(ckpt)
         position = resume["position"]
         current = plan[position] if resume["in_run"] else None
+        resumed = dict(time=utc_now(), ranks=backend.size,
+                       backend=config.backend, exchange=backend.exchange, hosts=hosts,
+                       **provenance.code_state())
         return TraceWriter.reopen(out, plan[:position], current, resume["lengths"] if current else {},
-                                  locking=config.hdf5_locking), run_id
+                                  resumed, locking=config.hdf5_locking), run_id
     discard(ckpt)
     writer = TraceWriter(out, dict(
         config=config.to_json(), ranks=backend.size, backend=config.backend,

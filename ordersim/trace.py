@@ -135,13 +135,16 @@ class TraceWriter:
 
     @classmethod
     def reopen(cls, path: str, done: list[tuple[str, int]], current: tuple[str, int] | None,
-               lengths: dict[str, int], locking: bool = True) -> "TraceWriter":
+               lengths: dict[str, int], resume: dict, locking: bool = True) -> "TraceWriter":
         """Reopen a trace to resume from a checkpoint: keep the finished runs `done`, cut the run
-        `current` back to the checkpoint's dataset lengths, and drop anything written after it."""
+        `current` back to the checkpoint's dataset lengths, drop anything written after it, and
+        add `resume` (when, where and with which code) to the root's ``resumes``."""
         writer = cls.__new__(cls)
         writer._open(path, "a", locking)
         with writer.writing():
             writer.file.attrs.pop("end_time", None)
+            resumes = json.loads(writer.file.attrs.get("resumes", "[]"))
+            writer.file.attrs["resumes"] = json.dumps([*resumes, resume])
             keep = {f"{o}/seed_{s}" for o, s in done}
             current_name = None if current is None else f"{current[0]}/seed_{current[1]}"
             runs = writer.file.require_group("runs")

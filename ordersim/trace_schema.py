@@ -165,6 +165,10 @@ ROOT_ATTRIBUTES = (
               "ranks on one node), `allgather` (MPI_Allgather), `none` (serial)"),
     Attribute("hosts", "str (JSON list)", "host names of the ranks"),
     Attribute("start_time, end_time", "str (ISO 8601, UTC)", "`end_time` is absent when the job was killed"),
+    Attribute("resumes", "str (JSON list)", "one object per `--resume` that continued this trace, in order: "
+              "its `time`, `ranks`, `backend`, `exchange` and `hosts`, and its code state (the code-state "
+              "attributes above, `command_line` included); absent when the trace was never resumed. The "
+              "root's own code state is that of the job that created the trace"),
     Attribute("problem, data", "str", "problem name and data spec"),
     Attribute("data_info", "str (JSON)", "the data set as opened: its spec, source, standardization, "
               "intercept, sizes and what its source adds (label map, feature names, …)"),

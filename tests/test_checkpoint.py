@@ -68,6 +68,10 @@ def test_resumed_run_is_bitwise_identical_to_uninterrupted(uninterrupted, tmp_pa
     assert result.returncode == 0, result.stderr
     assert not os.path.exists(checkpoint.checkpoint_path(str(out)))  # finished: nothing to resume
     assert_bitwise_equal(uninterrupted, contents(out))
+    with h5py.File(out, "r") as f:  # every --resume recorded, with its code state and command
+        resumes = json.loads(f.attrs["resumes"])
+    assert len(resumes) == len(stops) and all("--resume" in r["command_line"] and "git_commit" in r
+                                              for r in resumes), resumes
 
 
 def test_a_second_ctrl_c_stops_at_once_in_one_line(capsys):

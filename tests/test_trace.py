@@ -2,6 +2,7 @@
 h5py as appended, across chunk boundaries, in 2-D datasets, and after a resume that cut a run
 back to the middle of a chunk; epochs_completed follows every measured epoch."""
 
+import json
 import h5py
 import numpy as np
 
@@ -55,7 +56,8 @@ def test_a_run_resumed_in_the_middle_of_a_chunk_keeps_the_rows_before_the_cut(tm
         run.append_orders(orders[epoch])
     writer.file.close()  # as a killed job leaves it (no end_time)
 
-    writer = TraceWriter.reopen(path, [], ("cd-grab", 3), dict(epoch=3, train_loss=3, wall_time=3, orders=3))
+    writer = TraceWriter.reopen(path, [], ("cd-grab", 3), dict(epoch=3, train_loss=3, wall_time=3, orders=3),
+                                dict(time="t1", git_commit="abc"))
     run = writer.run("cd-grab", 3, appends=7)
     assert run.group.attrs["epochs_completed"] == 2
     for epoch in range(3, 7):
@@ -69,3 +71,4 @@ def test_a_run_resumed_in_the_middle_of_a_chunk_keeps_the_rows_before_the_cut(tm
         np.testing.assert_array_equal(group["wall_time"][()], [0, 0.5, 1, 15, 20, 25, 30])
         np.testing.assert_array_equal(group["orders"][()], np.concatenate([orders[:3], orders[3:] + 1000]))
         assert group.attrs["epochs_completed"] == 60
+        assert json.loads(f.attrs["resumes"]) == [dict(time="t1", git_commit="abc")]
