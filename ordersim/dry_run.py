@@ -146,7 +146,8 @@ def regime_lines(config, setup) -> list[str]:
                      f"{info['alpha_L_n']:.3g}, alpha L_max n = {info['alpha_Lmax_n']:.3g}, kappa = "
                      f"{info['kappa']:.3g}, T/kappa = {info['T_over_kappa']:.3g}: "
                      f"{'inside' if info['in_regime'] else 'outside'} the PL analyses' regime "
-                     f"(alpha L_max n <= 1 and T >= kappa)")
+                     f"(alpha L_max n <= 1 and T >= kappa, b = 1 without momentum)"
+                     + (f"; {info['outside_setting']}" if "outside_setting" in info else ""))
     return lines
 
 

@@ -13,7 +13,9 @@ noise term, i.e. exp(−α μ n T) = the rate the theorem proves. ordersim takes
 Both analyses also assume a small step: α ≤ 1 / (c L n) for a constant c ≥ 1 (every example's loss
 L-smooth), which at this α means T ≳ κ log(·) with κ = L/μ. `regime` records those quantities; the
 check it reports is the necessary part that holds for any such c: α L_max n ≤ 1 and T ≥ κ_max =
-L_max / μ.
+L_max / μ, in the analyses' setting: one example per worker per step (b = 1: n steps per epoch)
+and plain SGD steps (no momentum). A run with b > 1 or momentum is outside it whatever its
+numbers (they are still recorded, computed as for b = 1).
 """
 
 import math
@@ -37,23 +39,29 @@ def theory_step(orderer: str, m: int, n: int, T: int, mu: float) -> float:
     return -math.log(theory_rate(orderer, m, n, T)) / (mu * n * T)
 
 
-def regime(alpha: float, constants: dict, m: int, n: int, T: int) -> dict:
+def regime(alpha: float, constants: dict, m: int, n: int, T: int, batch: int = 1,
+           momentum: float = 0.0) -> dict:
     """The quantities the analyses' step-size and horizon assumptions are stated in, and the check.
 
     alpha_L_n uses L (the smoothness of the mean objective), alpha_Lmax_n L_max (of the worst
-    example: the theorems assume every example's loss is L-smooth); kappa = L_max / mu.
+    example: the theorems assume every example's loss is L-smooth); kappa = L_max / mu. in_regime
+    also needs the analyses' setting, b = 1 without momentum (the module's doc).
     """
     L, L_max, mu = (float(constants.get(k) or math.nan) for k in ("L", "L_max", "mu"))
     kappa = L_max / mu if mu > 0 else math.inf
     out = dict(alpha_L_n=alpha * L * n, alpha_Lmax_n=alpha * L_max * n, kappa=kappa,
                T_over_kappa=T / kappa)
-    out["in_regime"] = bool(out["alpha_Lmax_n"] <= 1.0 and out["T_over_kappa"] >= 1.0)
+    analysed = batch == 1 and momentum == 0
+    out["in_regime"] = bool(analysed and out["alpha_Lmax_n"] <= 1.0 and out["T_over_kappa"] >= 1.0)
+    if not analysed:
+        out["outside_setting"] = f"b = {batch}, momentum {momentum:g}: the analyses take b = 1 without momentum"
     return out
 
 
 def regime_warning(regimes: dict) -> str | None:
     """One line naming the orderers ({name: regime(...)}) whose runs leave the regime, or None."""
-    outside = [f"{name} (alpha L_max n = {info['alpha_Lmax_n']:.3g}, alpha L n = {info['alpha_L_n']:.3g}, "
+    outside = [f"{name} (" + (f"{info['outside_setting']}; " if "outside_setting" in info else "")
+               + f"alpha L_max n = {info['alpha_Lmax_n']:.3g}, alpha L n = {info['alpha_L_n']:.3g}, "
                f"T/kappa = {info['T_over_kappa']:.3g})"
                for name, info in regimes.items() if info and not info["in_regime"]]
     if not outside:

@@ -219,7 +219,7 @@ def theory_regime(config: Config, setup: Setup, orderer: str) -> dict:
         return {}
     alpha = learning_rate(config, 0, setup, orderer)
     return dict(step_size=alpha, **regime.regime(alpha, setup.constants, config.workers, setup.n,
-                                                 config.epochs))
+                                                 config.epochs, config.batch, config.momentum))
 
 
 def warn_regime(config: Config, backend, regimes: dict) -> None:

@@ -201,7 +201,10 @@ RUN_ATTRIBUTES = (
               "for the `theory` and `constant` schedules on a problem with μ > 0: the step α of every "
               "epoch, α L n, α L_max n, κ = L_max / μ and T / κ ([simulator.md](simulator.md), \"The theory "
               "schedule and the analyses' regime\")"),
-    Attribute("in_regime", "bool", "with those: α L_max n ≤ 1 and T ≥ κ"),
+    Attribute("in_regime", "bool", "with those: α L_max n ≤ 1 and T ≥ κ, in the analyses' setting (b = 1, "
+              "no momentum: a run with b > 1 or momentum is outside whatever its numbers)"),
+    Attribute("outside_setting", "str", "with those, for a run with b > 1 or momentum: why it is outside the "
+              "analyses' setting"),
     Attribute("straggler_model, straggler_params, coding", "str", "with a straggler model (`stragglers` set; "
               "[stragglers.md](stragglers.md)): its name, its parameters (a JSON object), and the coding "
               "scheme's name"),

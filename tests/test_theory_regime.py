@@ -37,6 +37,15 @@ def test_regime_quantities():
     assert line.count("\n") == 0 and "rr (alpha L_max n = 1.6" in line and "cd-grab" not in line
 
 
+@pytest.mark.parametrize("batch, momentum", [(4, 0.0), (1, 0.9)])
+def test_minibatches_and_momentum_are_outside_the_analyses_setting(batch, momentum):
+    """The PL analyses take one example per step and plain SGD steps: small numbers do not make
+    such a run inside their regime, and the warning says why."""
+    info = regime.regime(0.001, {"L": 2.0, "L_max": 10.0, "mu": 0.5}, 4, 16, 40, batch, momentum)
+    assert not info["in_regime"] and f"b = {batch}, momentum {momentum:g}" in info["outside_setting"]
+    assert info["outside_setting"] in regime.regime_warning({"rr": info})
+
+
 def trace_of(tmp_path, name, *extra):
     out = tmp_path / f"{name}.h5"
     result = run_serial([*SMALL, *extra, "--out", str(out)])
