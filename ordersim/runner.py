@@ -223,6 +223,8 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
     backend.close()
     if rank == 0:
         print()
+        if cell:  # a sweep prints a table per cell: say whose (with --quiet nothing above does)
+            print(f"sweep cell {cell.index} of {cell.count}: {json.dumps(cell.params)}")
         print(summary_table(results))
         print(f"\ntrace: {out}  ({time.perf_counter() - start:.1f} s)", flush=True)
     return 0

@@ -186,6 +186,10 @@ def test_out_on_a_sweep_gives_every_cell_its_own_file_under_it(tmp_path):
     assert [cell_values(p) for p in files] == [(0.1, 1, 0, 4), (0.1, 2, 1, 4), (0.2, 1, 2, 4),
                                                (0.2, 2, 3, 4)]
     assert not (tmp_path / "mine.h5").exists() and not (tmp_path / "config_out").exists()
+    # quiet = true: each cell's summary table still says which cell it is
+    labels = [line for line in result.stdout.splitlines() if line.startswith("sweep cell ")]
+    assert [label.split(":")[0] for label in labels] == [f"sweep cell {i} of 4" for i in range(4)], result.stdout
+    assert '"lr": 0.2' in labels[3] and '"batch": 2' in labels[3], labels
 
 
 def test_a_swept_field_given_as_a_flag_removes_its_axis(tmp_path):
