@@ -5,7 +5,7 @@
     df.groupby(["orderer", "workers"]).train_loss.last()
 
 Loaders: ``load_runs`` (tidy pandas table), ``load_run_arrays`` (NumPy arrays per run),
-``load_orders`` (the recorded (T, m, n) visit orders), ``load_shards``, ``load_herding_sim`` (files
+``load_orders`` (the recorded (E + 1, m, n) visit orders), ``load_shards``, ``load_herding_sim`` (files
 of ``python -m ordersim herding-sim``), ``to_xarray`` (an xarray.Dataset over the swept settings,
 orderer, seed and epoch; the `xarray` extra). Command-line figures:
 ``python -m ordersim.analysis.convergence | herding | scaling | herding_sim | fit FILE.h5 ... --out DIR``.

@@ -2,7 +2,7 @@
 
     load_runs(paths)                 -> pandas.DataFrame, one row per (file, run, measured epoch)
     load_run_arrays(path)            -> {"attrs": {...}, "runs": {(orderer, seed): {"attrs": {...}, name: array}}}
-    load_orders(path, orderer, seed) -> int (T, m, n) array of recorded visit orders
+    load_orders(path, orderer, seed) -> int (E + 1, m, n) array of recorded visit orders
 
 Problems with a file are never fatal when the data can still be read: they are reported with a
 ``TraceWarning`` naming the file and run, and collected as strings in ``df.attrs["notes"]``.
@@ -13,7 +13,9 @@ Problems with a file are never fatal when the data can still be read: they are r
 - a per-epoch dataset that a run lacks becomes NaN in that run's rows; a warning is raised when the
   dataset is one the simulator always writes, or when another run of the same file has it (datasets
   that do not apply, e.g. ``suboptimality`` of a nonconvex problem, are absent by design);
-- datasets shorter than ``epoch`` (a job killed between two writes) are padded with NaN.
+- datasets shorter than ``epoch`` (a job killed between two writes) are padded with NaN;
+- rows after ``epochs_completed`` of a run that is not completed (written after the last flush the
+  writer confirmed: docs/trace-format.md) are dropped.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import h5py
 import numpy as np
 
 from ordersim import trace_schema
-
+from ordersim.config import FIELDS
 
 
 def per_epoch_names() -> tuple[str, ...]:
@@ -47,10 +49,13 @@ RUN_COLUMNS = ("orderer", "seed", "workers", "examples_per_worker", "batch", "lr
                "epochs_completed", "f_star", "L", "L_max", "mu", "sigma2_star", "zeta2_star")
 
 
-# Config fields that say where or how a job ran, not what it computed: never a setting that tells
-# files apart (orderers and seeds are per-run columns already).
+# Config fields that change where or how a job ran, or what it records, never what it computed (the
+# same run with another value has the same iterates): never a setting that tells files apart.
+# orderers and seeds are per-run columns already; remainder = "error" only stops a job that "drop"
+# would have run the same.
 NOT_SETTINGS = ("orderers", "seeds", "out", "overwrite", "quiet", "cache_dir", "hdf5_locking",
-                "checkpoint_every", "exchange", "stall_timeout")
+                "checkpoint_every", "exchange", "stall_timeout", "backend", "remainder", "record_orders",
+                "trace_every", "measure_every", "herding", "shuffle_variance", "measurements")
 
 
 def _config(file_attrs: dict) -> dict:
@@ -67,10 +72,13 @@ def setting_value(value):
 
 
 def varying_settings(configs) -> list[str]:
-    """The config fields (in the config's order) whose values differ among `configs` (parsed
-    configs, one per file), except NOT_SETTINGS."""
+    """The config fields whose values differ among `configs` (parsed configs, one per file), except
+    NOT_SETTINGS: in ordersim.config's field order (the stored config's keys are sorted), then
+    fields this version does not know, alphabetically."""
     configs = list(configs)
-    names = list(dict.fromkeys(name for config in configs for name in config))
+    position = {name: i for i, name in enumerate(FIELDS)}
+    names = sorted({name for config in configs for name in config},
+                   key=lambda name: (position.get(name, len(position)), name))
     return [name for name in names if name not in NOT_SETTINGS
             and len({json.dumps(config.get(name), sort_keys=True) for config in configs}) > 1]
 
@@ -159,6 +167,17 @@ def _read_run(run: h5py.Group, path: str, where: str, file_attrs: dict, expected
         if name not in data:
             notes.missing.setdefault((path, name), []).append(where)
     status = attrs.get("status", "unknown")
+    confirmed = attrs.get("epochs_completed")
+    if status != "completed" and confirmed is not None and length:
+        # the writer sets epochs_completed after the epoch's rows were flushed: rows after it may
+        # be those of a failed write (docs/trace-format.md)
+        keep = data["epoch"] <= confirmed
+        if not keep.all():
+            notes.add(f"run {where} in file {path}: dropped {int((~keep).sum())} row(s) after "
+                      f"epochs_completed = {confirmed} (status '{status}': written after the last "
+                      "flush the writer confirmed)")
+            data = {name: array[keep] for name, array in data.items()}
+            length = int(keep.sum())
     # A killed job leaves no end_time; its runs that had finished say so in their status.
     interrupted = status == "interrupted" or ("end_time" not in file_attrs
                                               and status not in ("completed", "diverged"))
@@ -233,13 +252,16 @@ def load_run_arrays(path) -> dict:
 def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
     """A tidy table of one or many trace files: one row per (file, run, measured epoch).
 
-    Columns: ``file``, the root attributes in FILE_COLUMNS, the run attributes (orderer, seed,
-    workers, examples_per_worker, batch, lr, status, epochs_completed, f_star, ... and any other),
-    ``interrupted`` (bool), every config field whose value differs among the files (e.g.
-    ``momentum``, ``schedule``, ``partition`` of a sweep's cells; tables and lists as JSON text; the
-    names in ``df.attrs["settings"]``, except NOT_SETTINGS), then every per-epoch dataset found in
-    any run (NaN where a run lacks it). ``df.attrs["notes"]`` lists what was missing or incomplete;
-    each note is also a TraceWarning.
+    Columns, in this order: ``file``, the root attributes in FILE_COLUMNS, ``code_state``,
+    ``data_seed``, every config field whose value differs among the files (e.g. ``momentum``,
+    ``schedule``, ``partition`` of a sweep's cells; tables and lists as JSON text; the names in
+    ``df.attrs["settings"]``, except NOT_SETTINGS), the run attributes (orderer, seed, workers,
+    examples_per_worker, batch, lr, status, epochs_completed, f_star, ... and any other),
+    ``interrupted`` (bool); then ``epoch`` and every per-epoch dataset: the schema's (NaN where a
+    run lacks it), then any other 1-D dataset of a run. A setting's column holds the config's value
+    in every row, also where a run attribute has its name (``coding_s`` is the s a scheme tolerates,
+    0 for wait-all; the setting is the s of the sweep's cell). ``df.attrs["notes"]`` lists what
+    was missing or incomplete; each note is also a TraceWarning.
     """
     import pandas as pd
 
@@ -250,6 +272,7 @@ def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
     states: dict[str, list[str]] = {}
     configs: dict[str, dict] = {}
     known = per_epoch_names()
+    others: set[str] = set()  # 1-D datasets of runs that the schema does not know
     for path in paths:
         file_attrs, runs = _read_file(path, notes)
         label = code_label(file_attrs)
@@ -263,21 +286,25 @@ def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
             attrs = arrays["attrs"]
             columns.update({k: attrs.get(k, np.nan) for k in RUN_COLUMNS})
             columns.update({k: v for k, v in attrs.items() if k not in columns and not isinstance(v, list)})
-            names = [n for n in known if n in arrays] + sorted(set(arrays) - set(known) - {"attrs"})
-            table = pd.DataFrame({name: arrays[name] for name in names})
-            for k, v in reversed(list(columns.items())):
-                table.insert(0, k, [v] * len(table))
+            series = set(arrays) - {"attrs"}
+            others |= series - set(known)
+            table = pd.DataFrame({name: arrays[name] for name in series})
+            for k, v in columns.items():
+                table[k] = [v] * len(table)
             frames.append(table)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["file", *RUN_COLUMNS])
-    for name in known:
+    per_epoch = ["epoch", *(name for name in known if name != "epoch"), *sorted(others)]
+    for name in per_epoch:
         if name not in df:
             df[name] = np.nan
     settings = varying_settings(configs.values())
-    at = df.columns.get_loc("data_seed") + 1 if "data_seed" in df else len(df.columns)
     for name in settings:
-        if name not in df:  # lr, batch, workers: run attributes already
-            df.insert(at, name, df["file"].map(lambda path: setting_value(configs[path].get(name))))
-            at += 1
+        df[name] = df["file"].map(lambda path: setting_value(configs[path].get(name)))
+    # pd.concat puts an attribute that only later runs have after the per-epoch columns: order
+    # them here (to_xarray reads the per-epoch datasets as the columns after 'epoch')
+    first = ["file", *FILE_COLUMNS, "code_state", "data_seed", *settings]
+    run_level = [*dict.fromkeys(c for c in [*first, *df.columns] if c in df and c not in per_epoch)]
+    df = df[[*run_level, *per_epoch]]
     _note_code_states(states, notes)
     df.attrs["code_states"] = states
     df.attrs["settings"] = settings
@@ -286,7 +313,9 @@ def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
 
 
 def load_orders(path, orderer: str, seed: int) -> np.ndarray:
-    """The recorded visit orders of run (orderer, seed): int (T, m, n), ``orders[t]`` used in epoch t+1.
+    """The recorded visit orders of run (orderer, seed): int32 (E + 1, m, n) for E trained epochs,
+    ``orders[t]`` the order of epoch t+1 (the last, recorded after the last epoch, is the order an
+    epoch after it would have used).
 
     Raises KeyError naming the file when the run is absent or was run without --record-orders.
     The local example j of worker i is training example ``load_shards(path)[i, j]``.

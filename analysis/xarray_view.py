@@ -5,17 +5,18 @@
     ds.train_loss.sel(orderer="cd-grab").mean("seed")          # (lr, epoch)
     ds.suboptimality.isel(epoch=-1).to_pandas()               # any 2-d slice as a table
 
-Dimensions: every config field that differs among the files (``load_runs``' ``settings``: a
-sweep's axes, or whatever tells separate runs' files apart), then ``orderer``, ``seed`` and
-``epoch`` (the measured epochs of any run). Every per-epoch dataset is a variable over all of
-them; NaN where a run has no such epoch (measured every K epochs, diverged, interrupted) and
-where a combination of settings has no file. Run attributes that differ among runs (``status``,
-``compile_time``, ``file``, the problem constants of a swept ``workers``, ...) are variables over
-the settings, orderer and seed; those that are the same everywhere (the problem constants f_star,
-L, L_max, mu, sigma2_star, zeta2_star of one problem and partition, ``problem``, ``data``,
-``workers``, ...) are attributes of the Dataset, as are ``settings`` (the setting dimensions) and
-``notes`` (load_runs' notes). Two runs with the same settings, orderer and seed (the same run in
-two files) are refused with a ValueError naming the files.
+Dimensions: every config field that differs among the files (``load_runs``' ``settings``: a sweep's
+axes, or whatever tells separate runs' files apart, in ordersim.config's field order; a setting's
+values are the config's, also where a run attribute has its name, e.g. ``coding_s``), then
+``orderer``, ``seed`` and ``epoch`` (the measured epochs of any run). Every per-epoch dataset is a
+variable over all of them; NaN where a run has no such epoch (measured every K epochs, diverged,
+interrupted) and where a combination of settings has no file. Run attributes that differ among runs
+(``status``, ``compile_time``, ``file``, the problem constants of a swept ``workers``, ...) are
+variables over the settings, orderer and seed; those that are the same everywhere (the problem
+constants f_star, L, L_max, mu, sigma2_star, zeta2_star of one problem and partition, ``problem``,
+``data``, ``workers``, ...) are attributes of the Dataset, as are ``settings`` (the setting
+dimensions) and ``notes`` (load_runs' notes). Two runs with the same settings, orderer and seed
+(the same run in two files) are refused with a ValueError naming the files.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The analysis package on small synthetic traces written here with h5py (docs/trace-format.md)."""
 
 import json
+import re
 import warnings
 import zlib
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 pytest.importorskip("matplotlib")
 pytest.importorskip("pandas")
 
-from ordersim.analysis.load import TraceWarning, load_orders, load_run_arrays, load_runs  # noqa: E402
+from ordersim.analysis.load import TraceWarning, always_written, load_orders, load_run_arrays, load_runs  # noqa: E402
 from ordersim.analysis import convergence, fit, herding, herding_sim, scaling, stragglers  # noqa: E402
 
 ORDERERS = ("rr", "cd-grab")
@@ -24,17 +25,20 @@ EXPONENT = {"rr": -1.0, "cd-grab": -2.0}
 
 def write_trace(path, workers=4, n=8, epochs=5, orderers=ORDERERS, seeds=SEEDS, noise=0.05,
                 drop=(), interrupted=None, killed=False, record_orders=False, convex=True,
-                scale=1.0, floor=0.0, code=None):
+                scale=1.0, floor=0.0, code=None, config=None, data="synthetic", batch=1, run_attrs=None):
     """A trace file as the simulator writes it: ``drop`` names datasets left out of every run,
     ``interrupted`` = (orderer, seed) of a run stopped after epoch 2 with status "interrupted",
     ``killed`` leaves out the root end_time; ``scale`` multiplies every run's suboptimality (a data
     draw's offset, shared by its seeds), ``floor`` bounds it from below; ``code`` = root attributes
-    of the code state (git_commit, git_dirty, ...)."""
+    of the code state (git_commit, git_dirty, ...); ``config``: more fields of the stored config;
+    ``run_attrs``: more attributes of every run (those of a straggler model, say)."""
     rng = np.random.default_rng(zlib.crc32(f"{Path(path).name} {workers} {n}".encode()))
     with h5py.File(path, "w") as f:
-        f.attrs.update(ordersim_version="0.1.0", config=json.dumps({"workers": workers, "n": n}),
+        f.attrs.update(ordersim_version="0.1.0",
+                       config=json.dumps({"workers": workers, "n": n, "batch": batch, **(config or {})},
+                                         sort_keys=True),
                        ranks=1, backend="serial", hosts=json.dumps(["localhost"]),
-                       start_time="2026-11-29T16:00:00+00:00", problem="logreg", data="synthetic",
+                       start_time="2026-11-29T16:00:00+00:00", problem="logreg", data=data,
                        dropped_examples=0, **(code or {}))
         if not killed:
             f.attrs["end_time"] = "2026-11-29T16:01:00+00:00"
@@ -57,19 +61,21 @@ def write_trace(path, workers=4, n=8, epochs=5, orderers=ORDERERS, seeds=SEEDS, 
                     "wall_time": 0.1 * t * (1.2 if orderer == "cd-grab" else 1.0) * noisy,
                     "compute_time": 0.08 * t, "order_time": 0.01 * t, "comm_time": 0.0 * t,
                 }
+                for name in sorted(always_written() - set(data)):  # the schema's other timers
+                    data[name] = 0.01 * t
                 if not convex:
                     data.pop("suboptimality"), data.pop("dist_to_opt")
                 for name, values in data.items():
                     if name not in drop:
                         run.create_dataset(name, data=values, maxshape=(None,), chunks=True)
-                if record_orders:
+                if record_orders:  # the first epoch's order, then the next one after every epoch
                     run["orders"] = np.stack([np.stack([rng.permutation(n) for _ in range(workers)])
-                                              for _ in range(stop)]).astype(np.int32)
+                                              for _ in range(stop + 1)]).astype(np.int32)
                 run.attrs.update(orderer=orderer, seed=seed, workers=workers, examples_per_worker=n,
-                                 batch=1, lr=0.01, f_star=0.3 if convex else np.nan, L=1.0, L_max=2.0,
+                                 batch=batch, lr=0.01, f_star=0.3 if convex else np.nan, L=1.0, L_max=2.0,
                                  mu=0.1 if convex else np.nan, sigma2_star=0.5, zeta2_star=0.2,
                                  status="interrupted" if stop < epochs else "completed",
-                                 epochs_completed=stop)
+                                 epochs_completed=stop, **(run_attrs or {}))
     return path
 
 
@@ -131,11 +137,11 @@ def test_load_runs_is_tidy(sweep):
 def test_load_run_arrays_and_orders(tmp_path):
     path = write_trace(tmp_path / "orders.h5", workers=2, n=4, epochs=3, record_orders=True)
     arrays = load_run_arrays(path)
-    assert arrays["attrs"]["config"] == {"workers": 2, "n": 4}
+    assert arrays["attrs"]["config"] == {"workers": 2, "n": 4, "batch": 1}
     run = arrays["runs"][("cd-grab", 1)]
     assert run["attrs"]["workers"] == 2 and run["train_loss"].shape == run["epoch"].shape == (4,)
     orders = load_orders(path, "cd-grab", 1)
-    assert orders.shape == (3, 2, 4) and (np.sort(orders, axis=2) == np.arange(4)).all()
+    assert orders.shape == (4, 2, 4) and (np.sort(orders, axis=2) == np.arange(4)).all()  # (E + 1, m, n)
     with pytest.raises(KeyError, match="no run"):
         load_orders(path, "grab", 0)
     with pytest.raises(KeyError, match="record-orders"):
@@ -191,6 +197,102 @@ def test_killed_job_without_end_time_warns(tmp_path):
     assert any("has no end_time" in m for m in messages)
     assert any("run rr/seed_0 in file" in m and "interrupted after epoch 2" in m for m in messages)
     assert df[(df.orderer == "rr") & (df.seed == 0)].interrupted.all()
+
+
+STRAGGLER_ATTRS = dict(straggler_model="shifted-exp", straggler_params='{"a": 0.2}', coding="wait-all", coding_s=0,
+                       load=1.0, latency=0.0, bandwidth=1e9)
+
+
+def test_attributes_that_only_some_runs_have_come_before_epoch(tmp_path):
+    """A plain run's file, then a straggler run's (coding, coding_s, straggler_model, ... only
+    there): every run-level column before 'epoch', the per-epoch datasets after it."""
+    pytest.importorskip("xarray")
+    from ordersim.analysis import to_xarray
+
+    files = [write_trace(tmp_path / "plain.h5", seeds=(0,)),
+             write_trace(tmp_path / "straggling.h5", seeds=(1,), run_attrs=STRAGGLER_ATTRS)]
+    df = quiet(load_runs, files)
+    columns = list(df.columns)
+    assert max(columns.index(name) for name in STRAGGLER_ATTRS) < columns.index("epoch")
+    assert columns[columns.index("epoch") + 1] == "train_loss"
+    ds = quiet(to_xarray, files)
+    assert ds.train_loss.dims == ("orderer", "seed", "epoch") and "coding" not in ds.train_loss.dims
+    assert ds.coding.dims == ("orderer", "seed")
+
+
+def test_a_setting_holds_the_configs_value_over_a_run_attribute_of_its_name(tmp_path):
+    """runs/stragglers.toml's wait-all cells: config coding_s = 1, 2, 3, run attribute coding_s = 0
+    (what wait-all tolerates); with a plain run's file beside them (no coding attributes)."""
+    pytest.importorskip("xarray")
+    from ordersim.analysis import to_xarray
+
+    files = [write_trace(tmp_path / f"cell_{s}.h5", seeds=(0, 1), run_attrs=STRAGGLER_ATTRS,
+                         config={"coding": "wait-all", "coding_s": s, "stragglers": "shifted-exp"})
+             for s in (1, 2, 3)]
+    files.append(write_trace(tmp_path / "plain.h5", seeds=(0, 1),
+                             config={"coding": "wait-all", "coding_s": 1, "stragglers": ""}))
+    df = quiet(load_runs, files)
+    assert df.attrs["settings"] == ["stragglers", "coding_s"]
+    assert df.groupby("file").coding_s.unique().map(list).to_dict() == {
+        str(files[0]): [1], str(files[1]): [2], str(files[2]): [3], str(files[3]): [1]}
+    ds = quiet(to_xarray, files[:3])
+    assert ds.coding_s.values.tolist() == [1, 2, 3] and ds.train_loss.dims[0] == "coding_s"
+
+
+def test_fields_that_change_only_how_a_job_ran_or_what_it_records_are_no_settings(tmp_path):
+    ran = [{"backend": "serial", "record_orders": False, "trace_every": 0, "measure_every": 1, "herding": True,
+            "shuffle_variance": False, "measurements": [], "remainder": "drop"},
+           {"backend": "mpi", "record_orders": True, "trace_every": 5, "measure_every": 2, "herding": False,
+            "shuffle_variance": True, "measurements": ["held-out"], "remainder": "error"}]
+    files = [write_trace(tmp_path / f"job{i}.h5", seeds=(i,), config=config) for i, config in enumerate(ran)]
+    df = quiet(load_runs, files)
+    assert df.attrs["settings"] == []
+
+
+def test_settings_come_in_the_configs_field_order(tmp_path):
+    """workers before batch (ordersim/config.py), not alphabetically (the stored config's keys are)."""
+    pytest.importorskip("xarray")
+    from ordersim.analysis import to_xarray
+
+    files = [write_trace(tmp_path / f"m{m}_b{b}.h5", workers=m, batch=b, seeds=(0,)) for m in (2, 4) for b in (1, 2)]
+    assert quiet(load_runs, files).attrs["settings"] == ["workers", "batch"]
+    assert quiet(to_xarray, files).train_loss.dims == ("workers", "batch", "orderer", "seed", "epoch")
+
+
+def test_rows_after_epochs_completed_are_dropped(tmp_path):
+    """An interrupted run whose datasets hold a row that epochs_completed does not confirm."""
+    path = write_trace(tmp_path / "failed.h5", interrupted=("cd-grab", 1), epochs=5)
+    with h5py.File(path, "r+") as f:
+        run = f["runs/cd-grab/seed_1"]
+        run.attrs["epochs_completed"] = 1
+    with pytest.warns(TraceWarning) as record:
+        df = load_runs(path)
+    notes = [str(w.message) for w in record]
+    assert any(re.search(r"cd-grab/seed_1 in file .*failed\.h5: dropped 1 row\(s\) after epochs_completed = 1",
+                         note) for note in notes), notes
+    assert any("interrupted after epoch 1" in note and "its 2 measured epochs" in note for note in notes)
+    assert list(df[(df.orderer == "cd-grab") & (df.seed == 1)].epoch) == [0, 1]
+    assert len(df[(df.orderer == "rr") & (df.seed == 1)]) == 6  # completed runs are whole
+
+
+def test_the_readmes_load_runs_snippet_runs(tmp_path, monkeypatch, capsys):
+    """README.md, "Traces and analysis": the snippet as written, on traces of the names it reads."""
+    pytest.importorskip("xarray")
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    snippet = next(block for block in readme.split("```python\n")[1:] if "load_runs" in block).split("```")[0]
+    monkeypatch.chdir(tmp_path)
+    write_trace(tmp_path / "ordersim-20261129-161931.h5", seeds=(0, 1))
+    (tmp_path / "sweep-x").mkdir()
+    for i, momentum in enumerate((0.0, 0.9)):
+        write_trace(tmp_path / "sweep-x" / f"cell_{i}.h5", seeds=(0, 1), config={"momentum": momentum})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TraceWarning)
+        exec(snippet, {})
+    df = quiet(load_runs, tmp_path / "ordersim-20261129-161931.h5")
+    last = df[df.epoch == 5].groupby("orderer").suboptimality.mean()
+    printed = capsys.readouterr().out
+    assert "mean" in printed and "std" in printed  # over the seeds, not the last seed's row
+    assert all(f"{value:.6g}"[:6] in printed for value in last), (printed, last)
 
 
 # -- fit ----------------------------------------------------------------------------------------------
