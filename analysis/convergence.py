@@ -6,11 +6,12 @@
 Writes DIR/convergence_epochs.{png,pdf} (against epochs), DIR/convergence_time.{png,pdf}
 (against training time: at each measured epoch, the mean over seeds of the run's cumulative
 ``train_time``, the wall-clock seconds of its training epochs without the measurements; traces
-older than train_time fall back to ``wall_time``, which includes them, and the axis says so) and, for traces with a straggler model, DIR/convergence_sim_time.{png,pdf}
-(against simulated time, the cumulative ``sim_time``; docs/stragglers.md). ``--x`` picks the
-figures. One panel per metric present in the files, one line per orderer (and per configuration
-when the files differ in m, n, b, lr, problem, coding or s: shades of the orderer's colour, a grey
-scale at the right says which): mean over seeds with a band, markers at measured epochs only.
+older than train_time fall back to ``wall_time``, which includes them, and the axis says so)
+and, for traces with a straggler model, DIR/convergence_sim_time.{png,pdf} (against simulated
+time, the cumulative ``sim_time``; docs/stragglers.md). ``--x`` picks the figures. One panel per metric present in the files, one line per orderer (and per configuration
+when the files differ in m, n, b, lr, problem, coding, s or a setting such as a swept momentum:
+shades of the orderer's colour, a grey scale at the right says which): mean over seeds with a
+band, markers at measured epochs only.
 The caption under the panels gives the configuration the runs share (problem, m, n, b, the step
 size against L).
 """

@@ -6,10 +6,11 @@ Input: files written by ``python -m ordersim herding-sim`` (docs/herding_sim.md)
 (e.g. one per --seed) are combined, and the band is then over seeds. Writes DIR/herding_sim.{png,pdf}:
 parallel herding (inf-norm, prefixes at step boundaries) against the reorder round, one panel per
 number of workers m (n = total / m vectors each), one line per orderer, log y axis (--linear for a
-linear one), with the c*sqrt(n) (random orders) and c*log(n) (balanced orders) levels of
-analysis.herding, c = the panel's round-0 herding / sqrt(n). Round 0 is the shared random starting
-order. cd-kh, ordersim's own coordinated kernel halving (in no paper), is named so in the caption;
-the centralized orderers (kh-sgd, sbw) have a curve in the m = 1 panel only.
+linear one), with the c*sqrt(n) (random orders) and c*log(n) (balanced orders) levels (the
+curves of analysis.herding's herding_vs_n), c = the panel's round-0 herding / sqrt(n). Round 0 is
+the shared random starting order. cd-kh, ordersim's own coordinated kernel halving (in no paper),
+is named so in the caption; the centralized orderers (kh-sgd, sbw) have a curve in the m = 1 panel
+only.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from ordersim.analysis.load import load_herding_sim
 
 def draw(df, band_kind="minmax", log=True, title=None):
     """The herding_sim figure: one panel per m, one line per orderer, the c sqrt(n) and c log(n)
-    levels (c = the round-0 herding of the panel / sqrt(n), as in analysis.herding); ``title`` opens
+    levels (c = the round-0 herding of the panel / sqrt(n): the vectors are the same in every round, so
+    the round-0 level is every round's random-order level); ``title`` opens
     the caption when given."""
     if df.empty:
         raise SystemExit("herding_sim: no herding-sim results in the files")

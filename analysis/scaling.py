@@ -9,7 +9,8 @@ over seeds (of log error), the band their min-max (--band std: the cell mean +- 
 deviation over draws, on log scale); solid line and markers: the cell means (open markers: cells at a floor, left out of
 the fit); dashed line: the fit, its slope and confidence interval in the legend; dotted line: the
 theory's rate (analysis/theory.py), known only up to a constant, with the constant fitted to the
-same cells (least squares on log error) and labelled so.
+same cells (least squares on log error) and labelled so. The legend's title says what dots, line
+and band are; the caption sits below the lowest x label.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import pandas as pd
 from ordersim.analysis import fit, style, theory
 
 AXIS_LABEL = {"m": "number of workers $m$", "n": "examples per worker $n$"}
+# The legend's title: what dots, line and band are (the panel title's interval is the fit's).
+BAND_TEXT = {"minmax": "dots: data draws (mean over seeds), line: cell mean,\nband: min–max over the draws",
+             "std": "dots: data draws (mean over seeds), line: cell mean,\nband: ±1 std over the draws (log scale)"}
 AXIS_COLUMNS = ("workers", "examples_per_worker")
 
 
@@ -69,7 +73,7 @@ def draw(df, metric="auto", setting="auto", epoch=None, level=0.95, band_kind="m
         held = AXIS_COLUMNS[1 - AXIS_COLUMNS.index(column)]
         ax.set_title(f"{style.CONFIG[held]} = {style.value_text(points[held], 6)}, after T = {epoch} epochs; "
                      f"mean over seeds and data draws; fit CI {level:.0%}", fontsize=7)
-        style.legend(ax, None, fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
+        style.legend(ax, title=BAND_TEXT[band_kind], fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
     points = pd.concat(list(sweeps.values()))
     style.caption(fig, None, extra=f"{style.config_text(points, exclude=tuple(AXIS_COLUMNS), runs=False)}; "
                                    f"theory: {setting}" + (f". {title}" if title else ""))

@@ -12,9 +12,12 @@ marker (the same as in every figure), one legend for each (mean over seeds, band
 wait-all, which tolerates no straggler, appears in every panel; the panels of one lr share their y
 and x ranges), and a panel with the mean
 simulated time per step against s per scheme (markers: mean over runs of each run's mean step
-time; wait-all as a horizontal line). Prints that table, then per (lr, coding, s, orderer) the
-last epoch's metric (mean, min and max over seeds) and the mean simulated time at which the
-metric first reaches ``--target`` (default 1e-3; NaN: a seed never reached it).
+time, each scheme offset a little in s so that schemes with the same step times, such as
+ignore-stragglers and the pipelined ones, do not hide each other; wait-all as a labelled
+horizontal line). Prints that table, then per (lr, coding, s, orderer) the last epoch's metric
+(mean, min and max over seeds) and the mean simulated time at which the metric first reaches
+``--target`` (default 1e-3; NaN: a seed never reached it), each under a line that says what it
+holds.
 """
 
 from __future__ import annotations
@@ -56,6 +59,20 @@ def step_times(files) -> "pandas.DataFrame":  # noqa: F821
     if not rows:
         raise SystemExit("stragglers: no run with a straggler model (stragglers/step_time) in the files")
     return pd.DataFrame(rows)
+
+
+# Offset in s between the schemes of the step-time panel (7 schemes span 0.54 between s and s + 1).
+DODGE = 0.09
+TABLE_TITLE = ("simulated seconds per step by coding scheme and the stragglers s it tolerates (wait-all: 0): "
+               "mean, min and max over runs of each run's mean step time; count: runs")
+
+
+def finals_title(metric: str, target: float) -> str:
+    """The line above the ``finals`` table: what its columns hold."""
+    what = {"suboptimality": "suboptimality f - f*", "train_loss": "train loss f"}.get(metric, metric)
+    return (f"{what} at each run's last measured epoch: final = mean over the runs (seeds), final_min, "
+            f"final_max = their min and max; time_to_target = mean simulated seconds until {metric} first "
+            f"<= {target:g} (NaN: a run never got there)")
 
 
 def table(times) -> "pandas.DataFrame":  # noqa: F821
@@ -139,16 +156,20 @@ def draw(df, times, metric=None, orderers=None, band_kind="minmax"):
     ax = axes[cols - 1]
     summary = table(times)
     schemes = [c for c in SCHEMES if c in set(summary.coding) | set(df.coding)]
-    for scheme in (c for c in SCHEMES if c in set(summary.coding)):
+    coded_schemes = [c for c in SCHEMES if c in set(summary.coding) and c != "wait-all"]
+    offsets = (np.arange(len(coded_schemes)) - (len(coded_schemes) - 1) / 2) * DODGE
+    for scheme, offset in zip(coded_schemes, offsets):
         rows = summary[summary.coding == scheme]
-        if scheme == "wait-all":
-            ax.axhline(rows["mean"].mean(), color=scheme_color(scheme), lw=1)
-            continue
-        ax.errorbar(rows.coding_s, rows["mean"], yerr=[rows["mean"] - rows["min"], rows["max"] - rows["mean"]],
+        ax.errorbar(rows.coding_s + offset, rows["mean"], yerr=[rows["mean"] - rows["min"], rows["max"] - rows["mean"]],
                     color=scheme_color(scheme), marker="o", markersize=3, capsize=2)
+    if "wait-all" in set(summary.coding):
+        level = summary.loc[summary.coding == "wait-all", "mean"].mean()
+        ax.axhline(level, color=scheme_color("wait-all"), lw=1, gid="wait-all")
+        ax.annotate("wait-all", (1.0, level), xycoords=("axes fraction", "data"), xytext=(-2, 2),
+                    textcoords="offset points", ha="right", va="bottom", fontsize=6)
     ax.set_xlabel("stragglers tolerated $s$")
     ax.set_ylabel("simulated time per step (s)")
-    ax.set_title("mean over runs, bars: min–max")
+    ax.set_title("mean over runs, bars: min–max;\nschemes side by side at each s", fontsize=8)
     ax.set_xticks(coded)
     fig.tight_layout()
     scheme_handles = [matplotlib.lines.Line2D([], [], color=scheme_color(c), label=c) for c in schemes]
@@ -195,8 +216,10 @@ def main(argv=None) -> int:
     args = style.parse(p, argv)
     df = style.load(args.files)
     _, summary = plot(df, step_times(args.files), args.out, args.metric, args.orderers, args.band)
+    print(TABLE_TITLE)
     print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print()
+    print(finals_title(_metric(df, args.metric), args.target))
     print(finals(df[df.orderer.isin(args.orderers)] if args.orderers else df, args.metric, args.target)
           .to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     return 0

@@ -73,7 +73,9 @@ ORDERER_LINESTYLES = {name: "--" for name in ("rr", "so", "flipflop", "wr", "ig"
 _SPARE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 1)), (0, (6, 2)))
 BAND_TEXT = {"minmax": "line: mean over seeds, band: min–max", "std": "line: mean over seeds, band: ±1 std"}
-# Configuration columns that tell runs apart besides the orderer, with their short names in labels.
+# Configuration columns that tell runs apart besides the orderer, with their short names in labels
+# (none: the value alone); the settings of load_runs (config fields that differ among the files)
+# join them under their own names (config_columns).
 CONFIG = {"problem": "", "data": "", "workers": "m", "examples_per_worker": "n", "batch": "b", "lr": "lr",
           "coding": "", "coding_s": "s"}
 
@@ -213,23 +215,61 @@ def shade(col, position: float):
 
 
 SHADE_LIGHT, SHADE_DARK = 0.72, 0.3
+# The columns that name a run: its file and seed (the same seed in two files is two runs).
+RUN = ("file", "seed")
 # A configuration column's name in a colour bar.
 CONFIG_NAMES = {"problem": "problem", "data": "data", "workers": "workers $m$",
                 "examples_per_worker": "examples per worker $n$", "batch": "batch $b$", "lr": "lr",
                 "coding": "coding", "coding_s": "stragglers tolerated $s$"}
 
 
+def config_columns(df) -> list[str]:
+    """The columns of ``df`` that tell configurations apart besides the orderer: CONFIG's, then every
+    setting of load_runs (``df.attrs["settings"]``: the config fields that differ among the files,
+    e.g. ``momentum`` of a sweep). Lines, labels and the caption's runs per line all use these."""
+    return [c for c in dict.fromkeys([*CONFIG, *df.attrs.get("settings", ())]) if c in df]
+
+
+def varying_columns(df, exclude=()) -> list[str]:
+    """The config_columns that split runs into lines: those not in ``exclude`` (the figure shows
+    them otherwise: panels, the x axis) that take more than one value where the ``exclude``
+    columns are fixed. A column that varies only with them, as ``data`` does when n is set through
+    the data spec (``synthetic:...?n=160``), is not a line of its own."""
+    fixed = [c for c in exclude if c in df]
+
+    def varies(column):
+        if fixed:
+            return df.groupby(fixed, dropna=False)[column].nunique(dropna=False).max() > 1
+        return df[column].nunique(dropna=False) > 1
+
+    return [c for c in config_columns(df) if c not in exclude and varies(c)]
+
+
+def config_value_text(value) -> str:
+    """A configuration value as text: numbers with %g (8, 0.9), anything else as it is."""
+    numeric = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
+    return f"{value:g}" if numeric else str(value)
+
+
+def value_label(column: str, value) -> str:
+    """A configuration value as label text: "m=8" (CONFIG's short name), "momentum=0.9" (a
+    setting's name), or the value alone (problem, data, coding)."""
+    name = CONFIG.get(column, column)
+    return f"{name}={config_value_text(value)}" if name else config_value_text(value)
+
+
 class Variants:
-    """The configurations that tell runs apart besides the orderer (the CONFIG columns that vary,
-    except ``exclude``): each one a shade of every orderer's colour, explained by one grey scale
-    (``colorbar``), so that a legend has one entry per orderer however many files there are.
+    """The configurations that tell runs apart besides the orderer (``varying_columns``: the
+    CONFIG columns and settings that vary, except ``exclude`` and what varies only with it): each
+    one a shade of every orderer's colour, explained by one grey scale (``colorbar``), so that a
+    legend has one entry per orderer however many files there are.
 
     ``columns``: the varying columns; ``configs``: their value tuples, sorted; ``orderers``: sorted
     by ``orderer_key``.
     """
 
     def __init__(self, df, exclude=()):
-        self.columns = [c for c in CONFIG if c in df and c not in exclude and df[c].nunique(dropna=False) > 1]
+        self.columns = varying_columns(df, exclude)
         self.configs = (sorted(set(df[self.columns].itertuples(index=False, name=None)), key=_sort_key)
                         if self.columns else [()])
         self.orderers = sorted(df.orderer.unique(), key=orderer_key) if len(df) else []
@@ -245,16 +285,13 @@ class Variants:
 
     def text(self, config) -> str:
         """"m=8, n=56" for a configuration tuple."""
-        return ", ".join(f"{CONFIG[c]}={v:g}" if CONFIG[c] and isinstance(v, (int, float, np.number))
-                         else f"{CONFIG[c]}={v}" if CONFIG[c] else str(v) for c, v in zip(self.columns, config))
+        return ", ".join(value_label(c, v) for c, v in zip(self.columns, config))
 
-    def series(self, df, y: str, x: str = "epoch"):
-        """(orderer, config, x values, runs x points array of y) per line, a run being one (file, seed),
-        aligned on x with NaN where a run lacks a point; in orderer order, then configuration order."""
-        out = []
-        for (orderer, *config), g in df.groupby(["orderer", *self.columns], sort=False, dropna=False):
-            table = g.pivot_table(index=["file", "seed"], columns=x, values=y, aggfunc="mean", dropna=False)
-            out.append((orderer, tuple(config), table.columns.to_numpy(dtype=float), table.to_numpy(dtype=float)))
+    def series(self, df, y: str, x: str = "epoch", run=RUN):
+        """(orderer, config, x values, runs x points array of y) per line (``run_values``); in
+        orderer order, then configuration order."""
+        out = [(orderer, tuple(config), *run_values(g, x, y, run))
+               for (orderer, *config), g in df.groupby(["orderer", *self.columns], sort=False, dropna=False)]
         return sorted(out, key=lambda item: (orderer_key(item[0]), self.configs.index(item[1])))
 
     def colorbar(self, fig, axes=None):
@@ -272,8 +309,7 @@ class Variants:
         cax = fig.add_axes([right + 0.012, bottom, 0.01, top - bottom], label="<colorbar>")
         bar = fig.colorbar(sm, cax=cax, ticks=np.arange(k))
         if len(self.columns) == 1:
-            bar.set_ticklabels([f"{c[0]:g}" if isinstance(c[0], (int, float, np.number)) else str(c[0])
-                                for c in self.configs])
+            bar.set_ticklabels([config_value_text(c[0]) for c in self.configs])
             bar.set_label(f"{CONFIG_NAMES.get(self.columns[0], self.columns[0])} (shade of each orderer's colour)",
                           fontsize=7)
         else:
@@ -342,19 +378,25 @@ def config_text(df, exclude=(), runs: bool = True) -> str:
                                                                      ("alpha_Lmax_n", "α L_max n")) if has(c)]
         parts.append(f"step α = {value_text(step, 3)}" + (f" ({', '.join(against)})" if against else ""))
     if runs and {"file", "seed", "orderer"} <= set(df.columns):
-        line = ["orderer", *(c for c in CONFIG if c in df)]
+        line = ["orderer", *config_columns(df)]
         per_line = df.drop_duplicates(["file", "seed", *line]).groupby(line, dropna=False).size()
         parts.append(f"{value_text(per_line, 6)} runs (file, seed) per line")
     return "; ".join(parts)
 
 
 def caption(fig, df, exclude=(), extra: str = ""):
-    """``config_text`` (none for ``df`` None) and ``extra`` as a caption line under the figure's axes."""
+    """``config_text`` (none for ``df`` None) and ``extra`` as a caption line under the figure's axes:
+    at the figure's bottom edge, or lower when an axes' tick labels or x label reach below it (a
+    figure laid out without tight_layout)."""
     import textwrap
 
     text = "; ".join(t for t in (config_text(df, exclude) if df is not None else "", extra) if t)
     text = textwrap.fill(text, width=max(60, int(fig.get_figwidth() * 17)))  # ~17 characters an inch at 7 pt
-    return fig.text(0.5, 0.0, text, ha="center", va="top", fontsize=7, gid="caption")
+    renderer = fig.canvas.get_renderer()
+    lowest = min((ax.get_tightbbox(renderer).y0 for ax in fig.axes if ax.get_visible()), default=0.0)
+    gap = 2 / 72 / fig.get_figheight()  # 2 points under the lowest label
+    top = min(0.0, fig.transFigure.inverted().transform((0.0, lowest))[1] - gap)
+    return fig.text(0.5, top, text, ha="center", va="top", fontsize=7, gid="caption")
 
 
 def log_if_positive(ax, values, axis: str = "y"):
@@ -365,13 +407,14 @@ def log_if_positive(ax, values, axis: str = "y"):
         (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
 
 
-def legend(ax, band_kind: str | None = "minmax", figure_level: bool = False, **kw):
-    """The legend of ``ax``, titled with what the line and band are; ``figure_level``: one legend above
-    all panels of the figure (for figures whose panels share their lines)."""
+def legend(ax, band_kind: str | None = "minmax", figure_level: bool = False, title: str | None = None, **kw):
+    """The legend of ``ax``, titled with what the line and band are (BAND_TEXT of ``band_kind``, or
+    ``title`` for a figure whose band is something else); ``figure_level``: one legend above all
+    panels of the figure (for figures whose panels share their lines)."""
     handles, labels = ax.get_legend_handles_labels()
     if not handles:
         return
-    title = BAND_TEXT.get(band_kind) if band_kind else None
+    title = title or (BAND_TEXT.get(band_kind) if band_kind else None)
     if figure_level:
         ax.figure.legend(handles, labels, title=title, title_fontsize=7, loc="lower center",
                          bbox_to_anchor=(0.5, 1.0), ncol=min(len(labels), 6), frameon=False, **kw)
@@ -494,25 +537,30 @@ def print_code_states(df) -> None:
 
 
 def with_labels(df, exclude=()):
-    """A copy of df with ``label``: the orderer plus the CONFIG values that vary (except ``exclude``)."""
-    varying = [c for c in CONFIG if c in df and c not in exclude and df[c].nunique(dropna=False) > 1]
+    """A copy of df with ``label``: the orderer plus the values of its ``varying_columns`` (those
+    of Variants(df, exclude))."""
+    varying = varying_columns(df, exclude)
     df = df.copy()
 
     def label(row):
-        extra = [f"{CONFIG[c]}={row[c]}" if CONFIG[c] else str(row[c]) for c in varying]
+        extra = [value_label(c, row[c]) for c in varying]
         return row["orderer"] + (f" ({', '.join(extra)})" if extra else "")
 
     df["label"] = df.apply(label, axis=1) if len(df) else []
     return df
 
 
-def by_seed(df, x: str, y: str):
-    """Per label: (x values, runs x points array of y), aligned on x, NaN where a run lacks a point.
+def run_values(df, x: str, y: str, run=RUN):
+    """(x values, runs x points array of y): one row per run, a run being a (file, seed) pair that
+    ``df`` has (not every file with every seed: the files of one line may hold different seeds),
+    aligned on x with NaN where a run lacks a point. A run whose values are NaN (diverged) keeps
+    its row, so that ``band`` draws no mean there. ``run``: the columns that name a row instead (a
+    figure against n, whose runs have one n each, numbers the runs at each n)."""
+    table = df.groupby([*run, x])[y].mean().unstack(x)
+    return table.columns.to_numpy(dtype=float), table.to_numpy(dtype=float)
 
-    A run is one (file, seed); labels are sorted by orderer (the COLORS order).
-    """
-    out = {}
-    for lab, g in df.groupby("label", sort=False):
-        table = g.pivot_table(index=["file", "seed"], columns=x, values=y, aggfunc="mean", dropna=False)
-        out[lab] = (table.columns.to_numpy(dtype=float), table.to_numpy(dtype=float))
+
+def by_seed(df, x: str, y: str):
+    """Per label: ``run_values`` of its rows; labels sorted by orderer (the COLORS order)."""
+    out = {lab: run_values(g, x, y) for lab, g in df.groupby("label", sort=False)}
     return dict(sorted(out.items(), key=lambda kv: orderer_key(kv[0])))

@@ -149,22 +149,107 @@ def test_a_killed_seed_does_not_shift_the_mean_and_a_missing_epoch_breaks_the_li
         assert list(x[np.isfinite(x)]) == [0, 1, 2, 3, 5, 6]  # ... and no point is drawn at 4
 
 
-def test_herding_figures_draw_the_sqrt_n_and_log_n_references(tmp_path):
+def references(ax):
+    """The black reference curves of an axes: {line style: Line2D}."""
+    return {ln.get_linestyle(): ln for ln in ax.get_lines() if ln.get_color() == "k"}
+
+
+def test_herding_vs_n_and_herding_sim_draw_the_sqrt_n_and_log_n_references(tmp_path):
     files = [write_trace(tmp_path / f"n{n}.h5", workers=2, n=n, seeds=(0,)) for n in (8, 16, 32)]
     hs = load_herding_sim([herding_sim_file(tmp_path / "hs.h5")])
-    figs = [*herding.figures(load(files)).values(), herding_sim.draw(hs)]
-    assert len(figs) == 3
+    figs = [herding.figures(load(files))["herding_vs_n"], herding_sim.draw(hs)]
     for fig in figs:
         legend_text = legend_labels(fig.legends[0])
         assert legend_text[:2] == ["rr", "cd-grab"] or "d-grab" in legend_text
         assert set(herding.REFERENCE_LABELS) <= set(legend_text)
         for ax in fig.axes:
-            styles = {ln.get_linestyle() for ln in ax.get_lines() if ln.get_color() == "k"}
-            assert {"--", ":"} <= styles, fig
+            assert {"--", ":"} <= set(references(ax)), fig
     # herding-sim panel m = 2, n = 32: the dashed level is the round-0 herding, the dotted c log n
-    ax = figs[2].axes[0]
-    dashed, dotted = ([ln for ln in ax.get_lines() if ln.get_color() == "k" and ln.get_linestyle() == s][0]
-                      for s in ("--", ":"))
+    lines = references(figs[1].axes[0])
     h0 = hs[(hs.workers == 2) & (hs["round"] == 0)].herding.mean()
-    assert dashed.get_ydata()[0] == pytest.approx(h0)
-    assert dotted.get_ydata()[0] == pytest.approx(h0 / np.sqrt(32) * np.log(32))
+    assert lines["--"].get_ydata()[0] == pytest.approx(h0)
+    assert lines[":"].get_ydata()[0] == pytest.approx(h0 / np.sqrt(32) * np.log(32))
+
+
+def test_herding_epochs_draws_no_level_scaled_from_epoch_0(tmp_path):
+    """Later epochs are measured at other models: a level from the epoch-0 herding compares nothing."""
+    fig = herding.figures(load([write_trace(tmp_path / "a.h5")]))["herding_epochs"]
+    assert legend_labels(fig.legends[0]) == ["rr", "cd-grab"]
+    assert not any(references(ax) for ax in fig.axes)
+    assert "c =" not in caption(fig)
+
+
+def test_herding_vs_n_fits_c_at_one_epoch_that_every_n_has(tmp_path):
+    files = [write_trace(tmp_path / f"n{n}.h5", workers=2, n=n, seeds=(0, 1)) for n in (8, 16, 32)]
+    fig = herding.figures(load(files))["herding_vs_n"]
+    assert "c fitted per panel to the epoch-0 herding of all its runs, the same epoch for every n" in caption(fig)
+    assert "each run's last epoch (T = 5)" in caption(fig)
+    keep_epochs(files[2], [1, 2, 3, 4, 5])  # n = 32 without epoch 0: the fit moves to epoch 1 for every n
+    df = load(files)
+    fig = herding.figures(df)["herding_vs_n"]
+    assert "epoch-1 herding" in caption(fig)
+    at = df[df.epoch == 1]
+    c = np.exp(np.mean(np.log(at.herding_inf) - 0.5 * np.log(at.examples_per_worker)))
+    dashed = references(fig.axes[0])["--"]
+    np.testing.assert_allclose(dashed.get_ydata(), c * np.sqrt([8, 16, 32]))
+
+
+def test_herding_vs_n_joins_n_set_through_the_data_spec(tmp_path):
+    """Each n its own data spec (synthetic:...?n=...): one line per orderer across n, no data scale."""
+    files = [write_trace(tmp_path / f"n{n}.h5", workers=2, n=n, seeds=(0, 1),
+                         data=f"synthetic:classification?n={2 * n}", config={"data": f"synthetic:?n={2 * n}"})
+             for n in (8, 16, 32)]
+    fig = herding.figures(load(files))["herding_vs_n"]
+    lines = orderer_lines(fig)
+    assert sorted(lines) == ["cd-grab", "rr"]
+    for (line,) in lines.values():
+        assert list(line.get_xdata()) == [8, 16, 32] and np.isfinite(line.get_ydata()).all()
+    assert not [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+
+
+def test_a_swept_setting_splits_lines_labels_and_the_runs_per_line(tmp_path):
+    """A 2-cell sweep over momentum (a config field, not in style.CONFIG): one line per (orderer,
+    momentum), its name on the scale and in the labels, 2 runs per line, not 4 pooled."""
+    files = [write_trace(tmp_path / f"cell_{i}.h5", seeds=(0, 1), config={"momentum": momentum})
+             for i, momentum in enumerate((0.0, 0.9))]
+    df = load(files)
+    assert df.attrs["settings"] == ["momentum"]
+    assert set(df.label) == {"rr (momentum=0)", "rr (momentum=0.9)", "cd-grab (momentum=0)",
+                             "cd-grab (momentum=0.9)"}
+    fig = convergence.figures(df, names=("suboptimality",), x_axes=["epochs"])["convergence_epochs"]
+    assert {name: len(lines) for name, lines in orderer_lines(fig).items()} == {"rr": 2, "cd-grab": 2}
+    (bar,) = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    assert bar.get_ylabel().startswith("momentum") and [t.get_text() for t in bar.get_yticklabels()] == ["0", "0.9"]
+    assert "2 runs (file, seed) per line" in caption(fig)
+
+
+def test_runs_are_the_file_seed_pairs_there_are(tmp_path):
+    """Seeds 0 1 in one file and 2 3 in another are 4 runs, not 2 x 4 pairs of which half are
+    empty (no epoch would have every run: no line). A run that is there with NaN values (diverged)
+    still counts: no mean where it has none."""
+    files = [write_trace(tmp_path / "a.h5", seeds=(0, 1)), write_trace(tmp_path / "b.h5", seeds=(2, 3))]
+    with h5py.File(files[1], "r+") as f:
+        f["runs/cd-grab/seed_3/suboptimality"][3:] = np.nan
+    df = load(files)
+    epochs, values = style.by_seed(df[df.orderer == "rr"], "epoch", "suboptimality")["rr"]
+    assert values.shape == (4, 6) and np.isfinite(values).all()
+    fig = convergence.figures(df, names=("suboptimality",), x_axes=["epochs"])["convergence_epochs"]
+    (rr,) = orderer_lines(fig)["rr"]
+    assert list(rr.get_xdata()) == [0, 1, 2, 3, 4, 5] and np.isfinite(rr.get_ydata()).all()
+    (cd,) = orderer_lines(fig)["cd-grab"]
+    assert list(cd.get_xdata()) == [0, 1, 2]
+    assert "4 runs (file, seed) per line" in caption(fig)
+    # herding-sim files, one per seed, give the band
+    hs = load_herding_sim([herding_sim_file(tmp_path / f"hs{seed}.h5", seed=seed) for seed in (0, 1)])
+    lines = orderer_lines(herding_sim.draw(hs))
+    assert all(list(line.get_xdata()) == [0, 1, 2, 3] for group in lines.values() for line in group)
+
+
+def test_scaling_legend_says_what_the_band_is_and_the_caption_clears_the_x_label(tmp_path):
+    files = [write_trace(tmp_path / f"m{m}.h5", workers=m, seeds=(0, 1)) for m in (1, 2, 4, 8)]
+    fig, _ = scaling.draw(load(files))  # an m sweep only: one panel
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    assert "band: min–max over the draws" in ax.get_legend().get_title().get_text()
+    fig.canvas.draw()
+    text = next(t for t in fig.texts if t.get_gid() == "caption")
+    assert text.get_window_extent().y1 <= ax.xaxis.label.get_window_extent().y0

@@ -86,3 +86,30 @@ def test_stragglers_figure_has_one_legend_per_meaning_and_shared_ranges(traces):
     # the panels compared across s share their y and x ranges
     assert len({ax.get_ylim() for ax in panels}) == 1 and len({ax.get_xlim() for ax in panels}) == 1
     plt.close(fig)
+
+
+def test_stragglers_tables_say_what_they_hold(traces, tmp_path, capsys):
+    assert stragglers.main([*traces, "--out", str(tmp_path), "--dpi", "40", "--target", "0.5"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (steps,) = [i for i, line in enumerate(lines) if line == stragglers.TABLE_TITLE]
+    assert "simulated seconds per step" in lines[steps] and lines[steps + 1].split()[:2] == ["coding", "coding_s"]
+    (final,) = [i for i, line in enumerate(lines) if line == stragglers.finals_title("suboptimality", 0.5)]
+    assert "f - f*" in lines[final] and "<= 0.5" in lines[final] and "NaN" in lines[final]
+    assert lines[final + 1].split()[:4] == ["lr", "coding", "coding_s", "orderer"]
+
+
+def test_step_time_panel_shows_every_scheme_and_labels_wait_all(traces):
+    """Schemes with the same time per step (the pipelined ones, often ignore-stragglers too): their
+    markers must not fall on one another; the black line is named."""
+    import matplotlib.pyplot as plt
+
+    fig, summary = stragglers.draw(stragglers.style.load(traces), stragglers.step_times(traces))
+    (ax,) = [a for a in fig.axes if a.get_ylabel() == "simulated time per step (s)"]
+    coded = summary[summary.coding != "wait-all"]
+    assert coded.duplicated(["coding_s", "mean"]).any()  # some schemes do coincide (pgc-fr and pgc-cr at s = 1)
+    points = [(x, y) for line in ax.get_lines() if line.get_marker() == "o"
+              for x, y in zip(line.get_xdata(), line.get_ydata())]
+    assert len(points) == len(coded) == len(set(points))
+    (wait_all,) = [line for line in ax.get_lines() if line.get_gid() == "wait-all"]
+    assert any(t.get_text() == "wait-all" for t in ax.texts)
+    plt.close(fig)
