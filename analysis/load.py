@@ -293,7 +293,8 @@ def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
                 table[k] = [v] * len(table)
             frames.append(table)
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["file", *RUN_COLUMNS])
-    per_epoch = ["epoch", *(name for name in known if name != "epoch"), *sorted(others)]
+    # a measurement registered twice in this process (by path, then installed) is one column
+    per_epoch = list(dict.fromkeys(["epoch", *known, *sorted(others)]))
     for name in per_epoch:
         if name not in df:
             df[name] = np.nan
