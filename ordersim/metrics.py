@@ -31,6 +31,7 @@ from numba import njit
 
 from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
 from ordersim.engine import problem_loop, sum_in_worker_order, worker_step  # worker_step: bound per problem
+from ordersim.orderers.base import first_non_permutation
 
 NORMS = ("inf", "2")
 _NORM_CODES = {"inf": 0, "2": 1}
@@ -51,21 +52,6 @@ def _norm(s, norm_code):
     for k in range(d):
         total += s[k] * s[k]
     return math.sqrt(total)
-
-
-@njit(cache=True, error_model="numpy")
-def _first_non_permutation(orders):
-    """(row, position) of the first entry that breaks row being a permutation of 0..n-1, else (-1, -1)."""
-    m, n = orders.shape
-    seen = np.zeros(n, dtype=np.bool_)
-    for i in range(m):
-        seen[:] = False
-        for t in range(n):
-            e = orders[i, t]
-            if e < 0 or e >= n or seen[e]:
-                return i, t
-            seen[e] = True
-    return -1, -1
 
 
 @njit(cache=True, error_model="numpy")
@@ -234,7 +220,7 @@ def _int_array(name, value, shape, shape_text):
 
 
 def _check_permutations(name, orders):
-    row, t = _first_non_permutation(orders)
+    row, t = first_non_permutation(orders)
     if row >= 0:
         where = f"{name}[{t}]" if name == "order" else f"{name}[{row}, {t}]"
         raise ValueError(

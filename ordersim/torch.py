@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
-from ordersim.orderers import build_orderer, orderer_class
+from ordersim.orderers import build_orderer, orderer_class, table_options
 from ordersim.orderers.base import BALANCE_OPTIONS
 
 
@@ -130,6 +130,7 @@ class OrderedSampler(Sampler[int]):
         if orderer_options and not cls.takes_projection_and_group:
             raise ValueError(f"{kind}: orderer_options ({', '.join(map(str, orderer_options))}) are options of "
                              f"the balancing orderers; {name} takes none of them")
+        table_options([cls], orderer_options, None, f"{kind}: orderer_options")  # refuses what it does not take
         if cls.needs_gradients:
             if params is None:
                 raise ValueError(f"{kind}: {name} reads the gradients: pass params=, the parameters whose "

@@ -63,6 +63,21 @@ def test_worked_example_matches_its_reference(example, m, n, d, b, options):
     assert not np.array_equal(got[1], got[2]), "the orders follow the gradients"
 
 
+def test_the_out_of_tree_conformance_example_runs(example, tmp_path, monkeypatch):
+    """The page's recipe for an orderer by path: the worked example's module and reference pass it,
+    and a reference that disagrees fails it."""
+    module = tmp_path / "norm_sort.py"
+    module.write_text(example_block("orderer"))
+    recipe = example_block("conformance").replace("path/to/norm_sort.py", str(module))
+    _, norm_sort = example
+    monkeypatch.setitem(sys.modules, "my_reference", type(sys)("my_reference"))
+    sys.modules["my_reference"].norm_sort = norm_sort
+    exec(recipe, {})
+    sys.modules["my_reference"].norm_sort = lambda *args: [order[:, ::-1] for order in norm_sort(*args)]
+    with pytest.raises(AssertionError):
+        exec(recipe, {})
+
+
 @pytest.mark.parametrize("b", [1, 2])
 def test_worked_example_observes_inside_the_serial_epoch_loop(example, b):
     """The kernel, handed chunks of three steps from inside the serial epoch loop, builds the order

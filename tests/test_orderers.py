@@ -11,6 +11,7 @@ validation, O(m d + m n) memory, determinism and the self-balancing walk.
 import itertools
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -422,10 +423,17 @@ def test_projected_and_grouped_orderer_resumes_from_a_checkpoint_file(tmp_path):
     assert_same_orders(drive(restored, grads[2:], b), drive(first, grads[2:], b), "cd-grab restored")
 
 
-@pytest.mark.parametrize("name", ORDERERS)
-def test_projection_and_group_options_are_checked(name):
-    """One-line errors naming the option and what is allowed; the orderers that read the
-    gradients take the options, the others ignore them."""
+@pytest.mark.parametrize("name", [*ORDERERS, "docs/adding.md's norm-sort"])
+def test_projection_and_group_options_are_checked(name, tmp_path):
+    """One-line errors naming the option and what is allowed, for every orderer; the options are
+    taken by the orderers that take them (UnitOrderers: every built-in one that reads the
+    gradients), ignored by those that ignore the gradients, and refused with one line by any other
+    gradient orderer, such as the worked example of docs/adding.md, added as the page says."""
+    if name.startswith("docs/"):
+        from test_adding import example_block
+
+        name = str(tmp_path / "norm_sort.py")
+        Path(name).write_text(example_block("orderer"))
     base = required_options(name, {"workers": 1, "examples": 4, "dim": 2})
     for options, message in (({"projection": "dense"}, r"projection must be one of .*got 'dense'"),
                              ({"projection": "sparse", "projection_dim": 0}, r"projection_dim must be an integer >= 1"),
@@ -435,7 +443,14 @@ def test_projection_and_group_options_are_checked(name):
                              ({"group": 1.5}, r"group must be an integer")):
         with pytest.raises(ValueError, match=message):
             make_orderer(name, **base, **options)
-    make_orderer(name, **base, projection="sparse", group=2)
+    cls = orderer_class(name)
+    if cls.takes_projection_and_group or not cls.needs_gradients:
+        make_orderer(name, **base, projection="sparse", group=2)
+        return
+    for options in ({"projection": "sparse"}, {"group": 2}):
+        with pytest.raises(ValueError, match=rf"^{cls.name}: projection and group are options of the balancing "
+                                             rf"orderers; {cls.name} takes neither .*got projection="):
+            make_orderer(name, **base, **options)
 
 
 def test_a_gradient_orderer_of_its_own_refuses_projection_and_group():
@@ -452,6 +467,55 @@ def test_a_gradient_orderer_of_its_own_refuses_projection_and_group():
     Reader(1, 4, 2)
 
 
+@pytest.mark.parametrize("field", ["state", "order", "epoch", "workers", "kernel", "begin_epoch"])
+def test_a_state_field_that_would_hide_an_attribute_is_refused_when_the_class_is_defined(field, tmp_path):
+    """A field's view would replace the attribute (``state``, the buffer, slipped through and
+    failed later in Numba); a plug-in file declaring one fails to load with one line."""
+    from ordersim.config import Config, ConfigError, check_fields
+    from ordersim.orderers._state import GradientOrderer, StateLayout, f64
+
+    message = rf"hider: state field\(s\) {field} would hide an attribute of the orderer; name them otherwise$"
+    with pytest.raises(TypeError, match="^" + message):
+        class Hider(GradientOrderer):
+            name = "hider"
+            state_layout = StateLayout(**{field: f64["m"]})
+    path = tmp_path / "hider.py"
+    path.write_text("from ordersim.orderers._state import GradientOrderer, StateLayout, f64\n\n\n"
+                    f"class Hider(GradientOrderer):\n    name = 'hider'\n"
+                    f"    state_layout = StateLayout({field}=f64['m'])\n")
+    with pytest.raises(ConfigError, match=r"^config field 'orderers': orderer file .* failed to import: TypeError: "
+                                          + message) as info:
+        check_fields(Config(orderers=[str(path)]), 1)
+    assert "\n" not in str(info.value)
+
+
+def test_a_state_field_named_like_an_attribute_set_in_setup_is_refused_at_construction():
+    from ordersim.orderers._state import GradientOrderer, StateLayout, f64
+
+    class Keeper(GradientOrderer):
+        name = "keeper"
+        state_layout = StateLayout(history=f64["m"])
+
+        def _setup(self):
+            self.history = []
+
+    with pytest.raises(TypeError, match=r"^keeper: state field\(s\) history would hide an attribute"):
+        Keeper(1, 2, 1)
+
+
+def test_every_attribute_the_base_classes_set_is_declared():
+    """What the class-time check of the state fields compares with: the attributes Orderer and
+    GradientOrderer set are annotated (one left out would escape the check)."""
+    from ordersim.orderers._state import GradientOrderer, StateLayout
+
+    class Plain(GradientOrderer):
+        name = "plain"
+
+    for o in (make_orderer("rr", 2, 4, 3), Plain(2, 4, 3)):
+        declared = {key for klass in type(o).__mro__ for key in (*vars(klass), *vars(klass).get("__annotations__", {}))}
+        assert set(vars(o)) - set(getattr(o, "state_layout", StateLayout()).fields) <= declared, o.name
+
+
 def test_balance_options_of_the_config():
     from ordersim.orderers.base import balance_options
 
@@ -459,10 +523,87 @@ def test_balance_options_of_the_config():
     assert balance_options({"projection": "sparse", "projection_dim": 0, "group": 4}, 8) == {
         "projection": "sparse", "projection_dim": None, "group": 4}
     for table, message in (({"group": 3}, r"'orderer_options': group must divide batch \(4\), got 3"),
-                           ({"colour": 1}, r"unknown option\(s\) colour; allowed: projection"),
                            ({"projection": "x"}, r"'orderer_options': projection must be one of")):
         with pytest.raises(ValueError, match=message):
             balance_options(table, 4)
+
+
+READER = """\
+from ordersim.orderers._state import GradientOrderer
+
+
+class Reader(GradientOrderer):
+    name = "reader"
+    description = "reads the gradients, is no UnitOrderer, takes an option of its own"
+    extra_options = ("stride",)
+
+    def __init__(self, *args, stride=1, **kwargs):
+        self.stride = stride
+        super().__init__(*args, **kwargs)
+"""
+
+
+@pytest.fixture
+def reader(tmp_path):
+    path = tmp_path / "reader.py"
+    path.write_text(READER)
+    return str(path)
+
+
+@pytest.mark.parametrize("names,table", [
+    (["rr"], {"projection": "sparse", "group": 2}),  # accepted and ignored by both
+    (["rr"], {"block": 4}),
+    (["recursive-pair"], {"block": 4, "group": 2}),
+    (["d-grab"], {"colour": 1}),
+    (["reader"], {"group": 2}),
+    (["reader"], {"projection": "sparse"}),
+    (["reader"], {"stride": 3}),
+    (["reader", "d-grab"], {"stride": 3, "group": 2}),  # each takes its own; reader refuses group
+    (["rr", "recursive-pair", "reader"], {"stride": 3, "block": 2}),
+])
+def test_the_simulator_refuses_exactly_what_make_orderer_refuses(names, table, reader):
+    """The config's orderer_options (shared by the run's orderers, each taking the entries that
+    are its options) is refused, with one line naming the orderer or the allowed options, exactly
+    when make_orderer refuses one of the orderers with its entries; what is accepted reaches the
+    orderer the simulator builds. Without this, a user's orderer ran without projection or group
+    silently, and recursive-pair's block could not be given."""
+    from ordersim.config import Config, ConfigError, check_fields
+    from ordersim.orderers import build_orderer
+
+    names = [reader if name == "reader" else name for name in names]
+    refusals, taken = [], set()
+    for name in names:
+        own = {key: value for key, value in table.items()
+               if key in ("projection", "group", *orderer_class(name).extra_options)}
+        taken |= set(own)
+        try:
+            make_orderer(name, 2, 8, 3, **own)
+        except ValueError as err:
+            refusals.append(str(err))
+    config = Config(orderers=names, orderer_options=table, batch=2)
+    if refusals or set(table) - taken:
+        with pytest.raises(ConfigError, match=r"^config field 'orderer_options': .*(reader: projection and group "
+                                              r"are options|unknown option\(s\) \w+ for the orderers .*; allowed: "
+                                              r"projection, projection_dim, group)"):
+            check_fields(config, 1)
+        return
+    for name in check_fields(config, 1).orderers:
+        orderer, _ = build_orderer(name, 2, 8, 3, 0, ranks=1, first=0, local=2, orderer_options=table, batch=2)
+        for key in set(table) & set(orderer_class(name).extra_options):
+            assert getattr(orderer, key) == table[key], (name, key)
+        if orderer.needs_gradients:
+            assert orderer.group == table.get("group", 1)
+
+
+def test_a_user_orderer_given_projection_exits_2_with_one_line(reader):
+    from test_simulator import run_serial
+
+    result = run_serial(["--orderers", reader, "--batch", "2", "--orderer-options", '{"group": 2}', "--dry-run"])
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "ordersim: error: config field 'orderer_options': reader: projection and group are options of the "
+        "balancing orderers; reader takes neither (docs/algorithms.md, \"Random projection before balancing\"), "
+        "got projection='none', group=2"]
 
 
 @pytest.mark.parametrize("name", [name for name in UNIT_ORDERERS if name not in ("greedy", "recursive-pair")])
@@ -525,6 +666,128 @@ def test_orders_are_permutations_every_epoch(name):
             orders = drive(make_orderer(name, m, n, 5, seed=1, first_order=first_order), grads, b)
             assert len(orders) == 8
             assert_valid_orders(name, orders, n)
+
+
+# Orders a plug-in's _next_order() might return instead of the correct (3, 8) rows, and the fault
+# end_epoch() must name (unchecked, the first segfaulted the simulator, the 1-based one trained on
+# wrong rows, the 1-d one failed deep in Numba).
+BROKEN_ORDERS = {
+    "short rows": (lambda rows: rows[:, :-1], r"must have shape \(3, 8\) \(workers, examples\), got shape \(3, 7\)"),
+    "one row": (lambda rows: rows[0], r"must have shape \(3, 8\) \(workers, examples\), got shape \(8,\)"),
+    "1-based": (lambda rows: rows + 1, r"must be a permutation of 0\.\.7 in every row, but order\[0, \d\] = 8 "
+                                       r"is out of range$"),
+    "negative": (lambda rows: np.where(rows == 5, -1, rows), r"must be .*, but order\[0, \d\] = -1 is out of range$"),
+    "repeat in the last row": (lambda rows: np.vstack([rows[:2], np.zeros((1, 8), np.int64)]),
+                               r"must be .*, but order\[2, 1\] = 0 repeats an example of the row$"),
+    "floats": (lambda rows: rows.astype(float), r"must hold integers \(int64 example ids\), got dtype float64$"),
+}
+
+
+@pytest.mark.parametrize("base", ["rr", "d-grab"])
+@pytest.mark.parametrize("fault", sorted(BROKEN_ORDERS))
+def test_end_epoch_refuses_an_order_that_breaks_the_contract(base, fault):
+    """Every order an orderer builds is checked: one ValueError naming the orderer, the epoch and
+    the first fault, whether the orderer reads the gradients (d-grab) or not (rr)."""
+    breaks, message = BROKEN_ORDERS[fault]
+
+    class Broken(orderer_class(base)):
+        name = "broken"
+
+        def _next_order(self):
+            rows = super()._next_order()
+            return rows if self.epoch < 2 else breaks(rows)
+
+    grads = gradients(3, 8, 2, seed=0, epochs=2)
+    o = Broken(3, 8, 2)
+    drive(o, grads[:1], 2)  # epoch 1's order is fine
+    with pytest.raises(ValueError, match=r"^broken: the order _next_order\(\) built after epoch 2 " + message):
+        drive(o, grads[1:], 2)
+
+
+def test_the_first_order_is_checked():
+    class FirstOneBased(orderer_class("rr")):
+        name = "first-one-based"
+
+        def _first_row(self, row):
+            return super()._first_row(row) + 1
+
+    with pytest.raises(ValueError, match=r"^first-one-based: the first order \(_first_row\) must be a permutation "
+                                         r"of 0\.\.7 in every row, but order\[0, \d\] = 8 is out of range$"):
+        FirstOneBased(2, 8, 1)
+
+
+def test_an_orderer_that_does_not_permute_may_repeat_but_not_leave_the_range():
+    """wr (permutes = False) draws with replacement: repeats pass, an id outside 0..n-1 does not."""
+    assert not orderer_class("wr").permutes and all(orderer_class(n).permutes for n in ORDERERS if n != "wr")
+
+    class Draws(orderer_class("wr")):
+        name = "draws"
+        shift = 0
+
+        def _next_order(self):
+            return np.zeros((self.workers, self.examples), np.int64) + self.shift
+
+    o = Draws(2, 8, 1)
+    drive(o, gradients(2, 8, 1, seed=0, epochs=1), 1)
+    assert not o.order.any()
+    o.shift = 8
+    with pytest.raises(ValueError, match=r"^draws: the order _next_order\(\) built after epoch 2 must be example "
+                                         r"ids in 0\.\.7, but order\[0, 0\] = 8 is out of range$"):
+        drive(o, gradients(2, 8, 1, seed=0, epochs=1), 1)
+
+
+def first_non_permutation_reference(orders):
+    """NumPy: (row, position) of the first entry out of 0..n-1 or seen before in its row."""
+    n = orders.shape[1]
+    for i, row in enumerate(orders):
+        first_seen = np.zeros(n, dtype=bool)
+        first_seen[np.unique(row, return_index=True)[1]] = True
+        bad = np.flatnonzero((row < 0) | (row >= n) | ~first_seen)
+        if bad.size:
+            return i, int(bad[0])
+    return -1, -1
+
+
+def test_first_non_permutation_matches_numpy():
+    from ordersim.orderers.base import first_non_permutation
+
+    rng = np.random.default_rng(7)
+    faults = 0
+    for _ in range(400):
+        m, n = rng.integers(1, 5), rng.integers(1, 12)
+        orders = np.stack([rng.permutation(n) for _ in range(m)]).astype(np.int64)
+        for _ in range(rng.integers(0, 3)):  # corrupt a few entries: out of range or a repeat
+            orders[rng.integers(m), rng.integers(n)] = rng.integers(-2, n + 2)
+        expected = first_non_permutation_reference(orders)
+        faults += expected[0] >= 0
+        assert tuple(first_non_permutation(orders)) == expected, orders
+    assert 100 < faults < 400
+
+
+def test_the_simulator_stops_on_a_plug_in_order_with_its_message(tmp_path):
+    """A plug-in's 1-based orders used to train on wrong rows (serial and MPI disagreeing) and
+    short rows to segfault the run; now the run stops with the orderer's message."""
+    from test_simulator import run_serial
+
+    for name, body in (("one-based", "self.random_row(i, self.epoch) + 1"),
+                       ("short", "self.random_row(i, self.epoch)[:-1]")):
+        module = tmp_path / f"{name.replace('-', '_')}.py"
+        module.write_text(textwrap.dedent(f"""\
+            import numpy as np
+            from ordersim.orderers.base import Orderer
+
+            class Bad(Orderer):
+                name = "{name}"
+                description = "a broken order"
+
+                def _next_order(self):
+                    return np.stack([{body} for i in range(self.workers)])
+            """))
+        result = run_serial(["--orderers", str(module), "--epochs", "2", "--seeds", "0", "--quiet",
+                             "--out", str(tmp_path / f"{name}.h5")])
+        assert result.returncode == 1, result.stderr
+        assert re.fullmatch(rf"ValueError: {name}: the order _next_order\(\) built after epoch 1 must .*",
+                            result.stderr.strip().splitlines()[-1]), result.stderr
 
 
 # -- equivalences ----------------------------------------------------------------------------------------

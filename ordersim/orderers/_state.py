@@ -222,16 +222,30 @@ class GradientOrderer(Orderer):
     needs_gradients = True
     kernel = None
     state_layout: StateLayout = StateLayout()
+    state: np.ndarray  # the buffer
+
+    def __init_subclass__(cls, **kwargs):
+        # when the class is defined, so that a plug-in's file fails to load with this one line
+        super().__init_subclass__(**kwargs)
+        cls._refuse_hidden_attributes(cls.name or cls.__qualname__, ())
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        taken = [name for name in self.state_layout.fields if name in vars(self) or hasattr(type(self), name)]
-        if taken:
-            raise TypeError(f"{self.name}: state field(s) {', '.join(taken)} would hide an attribute "
-                            f"of the orderer; name them otherwise")
+        self._refuse_hidden_attributes(self.name, vars(self))  # and what this class's own code set
         self.state = self.state_layout.allocate(self)
         self._bind_views()
         self._setup_state()
+
+    @classmethod
+    def _refuse_hidden_attributes(cls, name: str, attributes) -> None:
+        """TypeError for the state fields whose views would hide an attribute of the orderer: one
+        of its class, one that every orderer has (annotated on the classes) or in ``attributes``."""
+        annotated = {key for klass in cls.__mro__ for key in vars(klass).get("__annotations__", {})}
+        taken = [field for field in cls.state_layout.fields
+                 if field in attributes or field in annotated or hasattr(cls, field)]
+        if taken:
+            raise TypeError(f"{name}: state field(s) {', '.join(taken)} would hide an attribute of the "
+                            f"orderer; name them otherwise")
 
     def _setup_state(self) -> None:
         """Fill the state's settings (called once, after the buffer is allocated)."""

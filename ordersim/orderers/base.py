@@ -11,14 +11,17 @@ Subclasses set ``name`` and ``description`` and implement ``_next_order`` (and `
 when an epoch needs resetting). Those that need the gradients derive from ``GradientOrderer``
 (``orderers/_state.py``) instead: they declare their state's fields, and a Numba kernel
 ``kernel(grads, state)`` does all per-example work, callable from Python (observe) and from the
-backends' jitted epoch loops (docs/adding.md). This class validates arguments and keeps the
-epoch bookkeeping; for the others observe() only counts.
+backends' jitted epoch loops (docs/adding.md). This class validates arguments and every order
+an orderer builds (``_checked_order``), and keeps the epoch bookkeeping; for the others observe()
+only counts.
 """
 
 import math
 
 import numpy as np
+from numba import njit
 
+from ordersim import numba_cache  # noqa: F401  (before the cached kernel below: stamps it)
 from ordersim.streams import stream
 
 SIGNS = ("deterministic", "walk")
@@ -54,18 +57,30 @@ def check_projection_and_group(name, projection, projection_dim, group, examples
         raise ValueError(f"{name}: group must be {allowed}, got {group!r}")
 
 
+@njit(cache=True, error_model="numpy")
+def first_non_permutation(orders):
+    """(row, position) of the first entry that breaks row being a permutation of 0..n-1, else (-1, -1)."""
+    m, n = orders.shape
+    seen = np.zeros(n, dtype=np.bool_)
+    for i in range(m):
+        seen[:] = False
+        for t in range(n):
+            e = orders[i, t]
+            if e < 0 or e >= n or seen[e]:
+                return i, t
+            seen[e] = True
+    return -1, -1
+
+
 BALANCE_OPTIONS = ("projection", "projection_dim", "group")
 
 
 def balance_options(table: dict, batch: int | None, field: str = "config field 'orderer_options'") -> dict:
-    """The config's ``orderer_options`` table as keyword arguments of the balancing orderers:
-    projection, projection_dim (0: the default k) and group, which must divide the step's
-    ``batch`` (a step's b examples are cut into b/r groups; None: no fixed step, not checked).
-    ValueError names ``field`` and the bad entry."""
-    unknown = sorted(set(table) - set(BALANCE_OPTIONS))
-    if unknown:
-        raise ValueError(f"{field}: unknown option(s) {', '.join(map(str, unknown))}; "
-                         f"allowed: {', '.join(BALANCE_OPTIONS)}")
+    """The BALANCE_OPTIONS entries of the config's ``orderer_options`` table as keyword arguments
+    of the balancing orderers: projection, projection_dim (0: the default k) and group, which must
+    divide the step's ``batch`` (a step's b examples are cut into b/r groups; None: no fixed step,
+    not checked). ValueError names ``field`` and the bad entry; the table's other entries are the
+    orderers' own options (ordersim.orderers.table_options)."""
     options = {"projection": table.get("projection", "none"), "group": table.get("group", 1)}
     dim = table.get("projection_dim", 0)
     options["projection_dim"] = None if dim == 0 and not isinstance(dim, bool) else dim
@@ -93,6 +108,9 @@ class Orderer:
     required_options: tuple[str, ...] = ()
     # Balancing orderers whose signs follow a rule of their own, not the sign options.
     own_sign_rule: bool = False
+    # Every row of every order is a permutation of 0..n-1; False: any example ids in 0..n-1 (wr's
+    # draws with replacement). end_epoch() refuses an order that breaks this.
+    permutes: bool = True
     # Orderers that read the gradients and take the options projection and group (UnitOrderer,
     # orderers/_units.py: every built-in one); other gradient orderers (a user's) refuse them, the
     # gradient-free ones ignore them.
@@ -100,6 +118,23 @@ class Orderer:
     # Set by begin_epoch() and end_epoch() (GradientOrderers keep both in their state header).
     in_epoch: bool = False
     observed: int = 0  # examples of every row observed in the current epoch
+    # What __init__ sets on every orderer (named here so that a GradientOrderer's state fields are
+    # checked against them when its class is defined: orderers/_state.py).
+    workers: int
+    examples: int
+    dim: int
+    seed: int
+    first_worker: int
+    sign: str
+    tie: str
+    first_order: str
+    walk_c: float
+    projection: str
+    projection_dim: int
+    group: int
+    projected_input: bool
+    epoch: int
+    order: np.ndarray
 
     def __init__(
         self,
@@ -139,10 +174,7 @@ class Orderer:
         if first_order not in FIRST_ORDERS:
             raise ValueError(f"{self.name}: first_order must be one of {FIRST_ORDERS}, got {first_order!r}")
         check_projection_and_group(self.name, projection, projection_dim, group, examples)
-        if self.needs_gradients and not self.takes_projection_and_group and (projection != "none" or group != 1):
-            raise ValueError(f"{self.name}: projection and group are options of the balancing orderers; "
-                             f"{self.name} takes neither (docs/algorithms.md, \"Random projection before "
-                             f"balancing\"), got projection={projection!r}, group={group!r}")
+        self.check_takes_projection_and_group(projection, group)
         if not isinstance(projected_input, bool) or (projected_input and projection == "none"):
             raise ValueError(f"{self.name}: projected_input must be True or False, and True only with "
                              f"a projection, got projected_input={projected_input!r} with projection={projection!r}")
@@ -158,10 +190,18 @@ class Orderer:
         self.projection, self.group, self.projected_input = projection, int(group), projected_input
         self.projection_dim = 0 if projection_dim is None else int(projection_dim)  # 0: the default
         self.epoch = 0  # index of the epoch that begin_epoch() starts next (or is inside)
-        self.order = np.empty((self.workers, self.examples), dtype=np.int64)
-        for i in range(self.workers):
-            self.order[i] = self._first_row(i)
+        self.order = self._checked_order(np.stack([self._first_row(i) for i in range(self.workers)]),
+                                         "the first order (_first_row)")
         self._setup()
+
+    @classmethod
+    def check_takes_projection_and_group(cls, projection: str, group: int) -> None:
+        """A gradient orderer that is no UnitOrderer (a user's) refuses projection and group with a
+        ValueError, rather than ignoring them; the gradient-free orderers ignore them."""
+        if cls.needs_gradients and not cls.takes_projection_and_group and (projection != "none" or group != 1):
+            raise ValueError(f"{cls.name}: projection and group are options of the balancing orderers; "
+                             f"{cls.name} takes neither (docs/algorithms.md, \"Random projection before "
+                             f"balancing\"), got projection={projection!r}, group={group!r}")
 
     # -- helpers for subclasses -------------------------------------------------------------------
     def stream(self, purpose: str, row: int, epoch: int) -> np.random.Generator:
@@ -182,6 +222,31 @@ class Orderer:
         for i in range(self.workers):
             u[i] = self.stream("walk", i, self.epoch).random(self.examples)
         return u
+
+    def _checked_order(self, order, what: str) -> np.ndarray:
+        """``order`` as the int64 (m, n) C-contiguous array the backends index with (no copy when
+        it is one), or a ValueError naming the orderer, ``what`` and the first fault: the kernels
+        index the gradients with it unchecked (a short row reads past the data). O(m n)."""
+        order = np.asarray(order)
+        m, n = self.workers, self.examples
+        if order.shape != (m, n):
+            raise ValueError(f"{self.name}: {what} must have shape ({m}, {n}) (workers, examples), "
+                             f"got shape {order.shape}")
+        if not np.issubdtype(order.dtype, np.integer):
+            raise ValueError(f"{self.name}: {what} must hold integers (int64 example ids), got dtype {order.dtype}")
+        order = np.ascontiguousarray(order, dtype=np.int64)
+        if self.permutes:
+            i, t = first_non_permutation(order)
+            allowed = f"a permutation of 0..{n - 1} in every row"
+        else:
+            bad = np.flatnonzero((order < 0) | (order >= n))
+            i, t = divmod(int(bad[0]), n) if bad.size else (-1, -1)
+            allowed = f"example ids in 0..{n - 1}"
+        if i >= 0:
+            e = order[i, t]
+            fault = "repeats an example of the row" if 0 <= e < n else "is out of range"
+            raise ValueError(f"{self.name}: {what} must be {allowed}, but order[{i}, {t}] = {e} {fault}")
+        return order
 
     # -- hooks --------------------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -247,7 +312,8 @@ class Orderer:
                 f"this orderer needs the gradients of every example before it can build the next order"
             )
         self.epoch += 1
-        self.order = self._next_order()
+        self.order = self._checked_order(self._next_order(), f"the order _next_order() built after epoch "
+                                                             f"{self.epoch}")
         self.in_epoch = False
 
     # -- checkpoints ----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ class WithReplacement(Orderer):
 
     name = "wr"
     description = "sampling with replacement (plain SGD): n uniform draws per worker per epoch"
+    permutes = False
 
     def _draws(self, row, epoch):
         return self.stream("order", row, epoch).integers(0, self.examples, self.examples, dtype=np.int64)
