@@ -77,9 +77,9 @@ class Config:
     problem: str = _help("finite-sum problem by name (see `python -m ordersim problems`) or a path to a "
                          "module following the problem contract (imported: it runs as Python code)",
                          default="logistic")
-    problem_options: dict = _help("problem options as a TOML table / JSON object (every bundled "
-                                  "problem takes lam, its L2 weight; see docs/problems.md)",
-                                  default_factory=lambda: {"lam": 0.01})
+    problem_options: dict = _help("problem options as a TOML table / JSON object; none given: the "
+                                  "problem's own defaults (every bundled problem takes lam, its L2 "
+                                  "weight; see docs/problems.md)", default_factory=dict)
     data: str = _help("data spec SOURCE:NAME_OR_PATH?key=value&..., sources {choices}, or "
                       "FILE.py:NAME_OR_PATH for a source in a .py file (`python -m ordersim problems` "
                       "lists the data sets)", choices=_data_choices, default="sklearn:breast_cancer")
@@ -107,7 +107,10 @@ class Config:
                                   "\"sparse\", projection_dim = 64, group = 4}: projection (none, gaussian, "
                                   "sparse), projection_dim (k; 0 = the Johnson-Lindenstrauss default), group "
                                   "(r examples balanced as one unit; r divides batch); the orderers that "
-                                  "ignore the gradients ignore them (docs/algorithms.md)", default_factory=dict)
+                                  "ignore the gradients ignore them (docs/algorithms.md); and the orderers' "
+                                  "own options (recursive-pair's block, sbw's b_max, a plug-in's "
+                                  "extra_options), each taken by the orderers that have it",
+                                  default_factory=dict)
     workers: int = _help("logical workers m (0 = number of MPI ranks, or 8 in a single process); a "
                          "multiple of the number of ranks", default=0)
     epochs: int = _help("training epochs T", default=30)
@@ -134,7 +137,8 @@ class Config:
     measurements: list = _help("more per-epoch trace datasets: measurements by name ({choices}) or a path to "
                                "a .py file (imported: it runs as Python code; docs/adding.md, \"A trace "
                                "dataset\")", choices=_measurement_choices, default_factory=list)
-    record_orders: bool = _help("store every epoch's orders (T, m, n) int32 in the trace",
+    record_orders: bool = _help("store every epoch's orders in the trace: int32 (E + 1, m, n) for E "
+                                "epochs, orders[t] the one used in epoch t + 1",
                                 default=False)
     trace_every: int = _help("store the minibatch loss every K steps (0 = off)", default=0)
     stragglers: str = _help("straggler model of the simulated clock ('' = off): {choices} "
@@ -351,8 +355,9 @@ def check_fields(config: Config, ranks: int) -> Config:
     """Checks that need no data; returns the config with workers and backend resolved and every
     orderer given by path replaced by its name (the name the trace files it under)."""
     from ordersim.coding import SCHEMES
-    from ordersim.orderers import ORDERERS
-    from ordersim.orderers.base import FIRST_ORDERS, SIGNS, TIES, balance_options
+    from ordersim.orderers import ORDERERS, table_options
+    from ordersim.orderers.base import FIRST_ORDERS, SIGNS, TIES
+    from ordersim.problems import PROBLEMS
     from ordersim.stragglers import STRAGGLER_MODELS, comm_and_model, scheme_from_config
 
     def bad(name, value, allowed):
@@ -400,9 +405,12 @@ def check_fields(config: Config, ranks: int) -> Config:
         if cls.centralized_alternatives and workers != 1:
             bad("orderers", cls.name, f"workers=1 for the centralized {cls.name} (or use "
                 f"{' / '.join(cls.centralized_alternatives)} with {workers} workers)")
-    config = replace(config, workers=workers, backend=backend, orderers=names)
+    problem = _registered("problem", PROBLEMS, config.problem)
+    # none given: the problem's own defaults, recorded (trace, --dry-run) as the options in effect
+    problem_options = config.problem_options or dict(problem.defaults)
+    config = replace(config, workers=workers, backend=backend, orderers=names, problem_options=problem_options)
     try:
-        balance_options(config.orderer_options, config.batch)
+        table_options(orderers, config.orderer_options, config.batch)
     except ValueError as err:
         raise ConfigError(str(err)) from None
 

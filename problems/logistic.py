@@ -164,7 +164,7 @@ class Logistic(Problem):
     description = "binary logistic regression (1/N) sum log(1 + exp(-y_i a_i^T x)) + lam/2 ||x||^2, y in {-1,+1} (convex)"
     convex = True
     label_kind = "binary"
-    defaults = {"lam": 1e-3}
+    defaults = {"lam": 0.01}
     regularizer = 0.0
 
     batch_grads = staticmethod(batch_grads)

@@ -40,6 +40,9 @@ def test_dry_run_prints_every_field_with_its_source_and_writes_nothing(tmp_path)
     assert field_line(result.stdout, "epochs").endswith("(flag)")
     assert field_line(result.stdout, "batch").endswith("(default)")
     assert "0 resolves to this" in field_line(result.stdout, "workers")
+    # none given: logistic's own defaults, the value in effect (mu = lam below)
+    assert field_line(result.stdout, "problem_options").split() == [
+        "problem_options", "=", '{"lam":', "0.01}", "(default;", "{}", "resolves", "to", "this)"]
     assert '"serial"' in field_line(result.stdout, "backend")
     assert "2 orderer(s) (rr, cd-grab) x 3 seed(s) (0, 1, 2) = 6 runs of 2 epochs" in result.stdout
     assert "memory per rank:" in result.stdout and "memory per node:" in result.stdout

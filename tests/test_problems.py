@@ -306,6 +306,25 @@ def test_documented_worked_example_loads_by_path(tmp_path):
         make_problem(str(bad), P, 0)
 
 
+def test_without_problem_options_a_run_takes_the_problem_s_own_defaults(tmp_path):
+    """No problem_options given: the problem's own ``defaults`` apply and are recorded as the run's
+    options (they were overridden by lam = 0.01, and a problem without lam was refused). The
+    default experiment keeps logistic's lam = 0.01; options given are kept as given."""
+    from ordersim.config import Config, check_fields
+
+    for name, defaults in (("small-lam", {"lam": 1e-4}), ("no-lam", {"ridge": 0.5})):
+        plug_in = tmp_path / f"{name.replace('-', '_')}.py"
+        plug_in.write_text("from ordersim.problems.least_squares import LeastSquares\n\n\n"
+                           f"class Mine(LeastSquares):\n    name = {name!r}\n    defaults = {defaults!r}\n")
+        config = check_fields(Config(problem=str(plug_in)), 1)
+        assert config.problem_options == defaults
+        assert make_problem(config.problem, P, **config.problem_options).options == defaults
+    assert check_fields(Config(), 1).problem_options == {"lam": 0.01}
+    assert check_fields(Config(problem="mlp"), 1).problem_options == problem_class("mlp").defaults
+    given = check_fields(Config(problem="mlp", problem_options={"width": 4}), 1)
+    assert given.problem_options == {"width": 4}
+
+
 def test_kernels_run_without_jit():
     """NUMBA_DISABLE_JIT=1 turns every kernel into plain Python: it must still be correct."""
     code = (
@@ -322,7 +341,7 @@ def test_kernels_run_without_jit():
         "    out = np.empty((6, p.dim)); p.batch_grads(xx, A, yy, np.arange(6), p.params, out)\n"
         "    g = np.empty(p.dim); p.full_grad(xx, A, yy, np.arange(6), p.params, g)\n"
         "    ok &= np.allclose(out.mean(0), g, rtol=1e-12, atol=1e-14)\n"
-        "p = make_problem('logistic', 3, 2)\n"
+        "p = make_problem('logistic', 3, 2, lam=1e-3)\n"
         "out = np.empty((6, 3)); p.batch_grads(x, A, y, np.arange(6), p.params, out)\n"
         "ref = (-y / (1 + np.exp(y * (A @ x))))[:, None] * A + 1e-3 * x\n"
         "ok &= np.allclose(out, ref, rtol=1e-12)\n"
