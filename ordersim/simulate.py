@@ -484,11 +484,18 @@ class Run:
         return record
 
     def _measurements(self, view: RunView) -> dict:
-        """Every measurement's values, in the run's order, those that fit their declaration."""
+        """Every measurement's values, in the run's order, those that fit their declaration. In
+        the warm-up (defer_measurement_errors) the ranks also compare their values: only rank 0's
+        reach the trace, so a measurement that forgot view.gather_workers would make the trace
+        depend on the number of ranks."""
         values = {}
         for measurement in self.measurements:
             got = measurement.measure(view)
             error = values_error(type(measurement), got)
+            if self.defer_measurement_errors and not same_on_every_rank(self.setup.backend.allgather(got)):
+                error = error or ("returned different values on different ranks (a value over the "
+                                  "workers must come from view.gather_workers, which gives every "
+                                  "rank all of them; docs/adding.md, \"A trace dataset\")")
             if error is None:
                 values.update((key, value) for key, value in got.items() if value is not None)
             elif self.measurement_error is None:
@@ -580,6 +587,18 @@ def warm_up(setup: Setup, orderer_name: str, seed: int) -> float:
     if error:
         raise ConfigError(error)
     return time.perf_counter() - start
+
+
+def same_on_every_rank(values: list) -> bool:
+    """Whether every rank's measurement values (allgathered) are the same, NaN equal to NaN.
+    Values that do not fit a declaration count as the same: values_error names those."""
+    first = values[0]
+    try:
+        return all(other.keys() == first.keys() and all(
+            np.array_equal(np.asarray(other[k], dtype=float), np.asarray(first[k], dtype=float), equal_nan=True)
+            for k in first) for other in values[1:])
+    except (AttributeError, TypeError, ValueError):
+        return True
 
 
 class Checkpointed(Exception):

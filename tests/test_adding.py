@@ -356,6 +356,22 @@ def test_a_measurement_is_the_same_on_any_number_of_ranks(plug_in_files, tmp_pat
     assert not (tmp_path / "bad.h5").exists()
 
 
+@pytest.mark.mpi
+def test_a_measurement_that_differs_between_ranks_is_refused(tmp_path):
+    """A value of this rank's workers only (no view.gather_workers): serially it is what it
+    should be, under MPI the trace would hold rank 0's. The warm-up compares the ranks' values:
+    one line, exit 2, no trace."""
+    path = tmp_path / "local.py"
+    path.write_text(BAD_SOURCE.format(dataset="x_norm", body="values = {'x_norm': float(view.first)}"))
+    out = tmp_path / "local.h5"
+    result = run_mpi(2, ["-m", "ordersim", *MEASURED_RUN, "--measurements", str(path), "--backend", "mpi",
+                         "--out", str(out)], timeout=120)
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "returned different values on different ranks" in errors[0], result.stderr
+    assert not out.exists()
+
+
 @pytest.fixture
 def installed_plug_in(tmp_path, monkeypatch):
     """The page's entry points, installed as pip installs a package: the orderer and straggler model

@@ -57,7 +57,7 @@ class RunView:
 
     def gather_workers(self, local: np.ndarray) -> np.ndarray:
         """Every worker's rows (m, ...), in worker order, on every rank, from this rank's workers'
-        ``local`` (local, ...): a collective, every rank calls it (its time counts as comm_time).
+        ``local`` (local, ...): a collective, every rank calls it (its time counts as measure_time).
         Add them up with ordersim.engine.sum_in_worker_order for a sum that is the same on any
         number of ranks."""
         return self.gather(np.ascontiguousarray(local))
