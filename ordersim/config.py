@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import tomllib
 import warnings
 from dataclasses import dataclass, field, replace
@@ -258,7 +259,7 @@ def read_toml(path: str) -> dict:
     try:
         with open(p, "rb") as fh:
             raw = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as err:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:  # TOML is UTF-8 text
         raise ConfigError(f"config file {path!r} is not valid TOML: {err}") from None
     unknown = sorted(set(raw) - set(FIELDS) - {"sweep", "quick"})  # [sweep], [quick]: see ordersim.sweep
     if unknown:
@@ -337,6 +338,9 @@ def _check_measurements(names: list) -> None:
     from ordersim.measurements.base import declaration_error
     from ordersim.trace_schema import MEASURED_FIRST, MEASURED_LAST
 
+    if len(set(names)) != len(names):
+        raise ConfigError(f"config field 'measurements': {names!r} is not allowed; allowed: each "
+                          f"measurement once")
     writer = {entry.name: "ordersim.simulate.Run.measure" for entry in (*MEASURED_FIRST, *MEASURED_LAST)}
     given = [(name, cls) for name, cls in MEASUREMENTS.items() if cls.default]
     given += [(name, _registered("measurements", MEASUREMENTS, name)) for name in names]
@@ -349,6 +353,30 @@ def _check_measurements(names: list) -> None:
             if other != f"measurement {cls.name!r}":
                 raise ConfigError(f"config field 'measurements': {name!r} declares the dataset {entry.name!r}, "
                                   f"which {other} writes; allowed: a name no other per-epoch dataset has")
+
+
+INT64_END = 2**63
+# What MPI launchers and Slurm tell a process of its rank, read before MPI is initialized.
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+def launcher_rank() -> int:
+    """This process's rank as its launcher says (0 when not launched by one)."""
+    for name in RANK_VARIABLES:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line (not the whole usage, dozens of lines),
+    printed by rank 0 only; every rank exits with 2."""
+
+    def error(self, message):
+        if launcher_rank() == 0:
+            self.exit(2, f"{self.prog}: error: {message} (--help explains every option)\n")
+        self.exit(2)
 
 
 def check_fields(config: Config, ranks: int) -> Config:
@@ -374,12 +402,14 @@ def check_fields(config: Config, ranks: int) -> Config:
     names = [cls.name for cls in orderers]
     if len(set(names)) != len(names):
         bad("orderers", config.orderers, "each orderer once")
-    if not config.seeds or min(config.seeds) < 0 or len(set(config.seeds)) != len(config.seeds):
-        bad("seeds", config.seeds, "a non-empty list of distinct integers >= 0")
+    # integers the trace and the jitted loops hold as int64
+    if (not config.seeds or min(config.seeds) < 0 or max(config.seeds) >= INT64_END
+            or len(set(config.seeds)) != len(config.seeds)):
+        bad("seeds", config.seeds, "a non-empty list of distinct integers, 0 <= seed < 2^63")
     for name, low in (("epochs", 1), ("batch", 1), ("measure_every", 1), ("trace_every", 0),
                       ("checkpoint_every", 0), ("workers", 0), ("lr_step", 1), ("data_seed", 0)):
-        if getattr(config, name) < low:
-            bad(name, getattr(config, name), f"an integer >= {low}")
+        if not low <= getattr(config, name) < INT64_END:
+            bad(name, getattr(config, name), f"an integer >= {low} and < 2^63")
     for name, ok, allowed in (
         ("lr", config.lr > 0 and math.isfinite(config.lr), "a finite number > 0"),
         ("lr_decay", config.lr_decay > 0 and math.isfinite(config.lr_decay), "a finite number > 0"),
@@ -421,6 +451,10 @@ def check_fields(config: Config, ranks: int) -> Config:
             raise ConfigError(f"config field 'stragglers': coding {config.coding!r} needs a straggler "
                               f"model to decide who responds; set stragglers to one of "
                               f"{STRAGGLER_MODELS.choices()}")
+        if config.straggler_options:  # would be ignored: say so rather than run without them
+            raise ConfigError(f"config field 'straggler_options': {config.straggler_options!r} is not "
+                              f"allowed without a straggler model; allowed: {{}}, or set stragglers to "
+                              f"one of {STRAGGLER_MODELS.choices()}")
         return config
     _registered("stragglers", STRAGGLER_MODELS, config.stragglers, "'' (off), ")
     with warnings.catch_warnings():

@@ -69,6 +69,9 @@ def load_file(path: str, kind: str, base: type) -> type:
     if not file.is_file():
         raise ValueError(f"{kind} file {path!r} does not exist (a {kind} is a registered name or a "
                          f"path to a .py file)")
+    if file.suffix != ".py":  # importlib finds no loader for it
+        raise ValueError(f"{kind} file {path!r} is not a .py file (a {kind} is a registered name or a "
+                         f"path to a .py file)")
     # The same module name in every process (Numba's cache and pickle refer to the module by it):
     # a digest of the absolute path, not hash(), which Python salts per process.
     digest = hashlib.sha256(str(file.resolve()).encode()).hexdigest()[:16]

@@ -13,8 +13,8 @@ from ordersim.backend import (INSTALL_MPI, MPIBackend, MPIUnavailable, SerialBac
 from ordersim.checkpoint import EXIT_CHECKPOINTED, CheckpointError, checkpoint_path, stop_request
 from ordersim.checkpoint import load as load_checkpoint
 from ordersim.cli import commands_help
-from ordersim.config import (SIGNAL_GRACE_SECONDS, ConfigError, add_arguments, build_config,
-                             overrides_from_args)
+from ordersim.config import (SIGNAL_GRACE_SECONDS, ConfigError, OneLineParser, add_arguments,
+                             build_config, check_fields, overrides_from_args)
 from ordersim.output import OutputLock, input_files, same_file
 from ordersim.stall import EXIT_STALLED
 from ordersim.sweep import Cell, config_cells, select_cell
@@ -49,9 +49,8 @@ and refuses one that another user owns or that group or others can write (docs/c
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m ordersim [run]", description=DESCRIPTION,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=commands_help())
+    p = OneLineParser(prog="python -m ordersim [run]", description=DESCRIPTION,
+                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=commands_help())
     p.add_argument("config", nargs="?", help="TOML experiment config (runs/ has examples)")
     p.add_argument("--cell", type=int, default=None, metavar="I",
                    help="run only cell I of the config's [sweep] (default: SLURM_ARRAY_TASK_ID when "
@@ -99,6 +98,9 @@ def _main(args, comm, size) -> int:
         runs = [(flags, None)]
         if args.config:
             runs = select_cell(config_cells(args.config, flags, args.quick), args.config, args.cell)
+        if len(runs) > 1:  # a sweep: every cell checked before the first one computes
+            for values, _ in runs:
+                check_fields(build_config(values), size)
     except ConfigError as err:
         if rank == 0:
             print(f"ordersim: error: {err}", file=sys.stderr, flush=True)
@@ -149,6 +151,9 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
                 print(f"ordersim: note: no MPI library ({backend_module.MPI_LOAD_ERROR}): running "
                       f"the serial backend", file=sys.stderr, flush=True)
         config = check_fields(config, size)
+        if resume and not config.out:
+            raise ConfigError("--resume needs --out, the trace to continue: without it the run would "
+                              "start a new file named after the start time")
         backend = (MPIBackend(config.workers, comm, config.exchange, config.stall_timeout, stop)
                    if config.backend == "mpi" else SerialBackend(config.workers))
         out = backend.bcast(config.out or default_out_path())
@@ -251,6 +256,9 @@ def existing_output_error(out: str, config, resume: bool) -> str | None:
         if same_file(out, path):
             return (f"config field 'out': {out!r} is the run's {what} ({path!r}); choose another "
                     f"--out")
+    if os.path.exists(out) and not os.path.isfile(out) and not os.path.isdir(out):
+        return (f"config field 'out': {out!r} exists and is not a regular file (a device, a pipe); "
+                f"choose another --out")
     if not os.path.exists(out) or not os.path.getsize(out):
         return None
     try:

@@ -28,12 +28,13 @@ import argparse
 import itertools
 import json
 import os
+import re
 import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ordersim.config import (FIELDS, ConfigError, add_arguments, build_config, flags_for,
+from ordersim.config import (FIELDS, ConfigError, add_arguments, build_config, check_fields, flags_for,
                              overrides_from_args, read_toml)
 
 
@@ -75,6 +76,12 @@ def split_sweep(raw: dict, path: str) -> tuple[dict, dict]:
         if not isinstance(values, list) or not values:
             raise ConfigError(f"config file {path!r}: sweep field {name!r} must list one or more "
                               f"values, got {values!r}")
+        if name == "out":
+            raise ConfigError(f"config file {path!r}: sweep field 'out' is not allowed; every cell "
+                              f"writes <out>/cell_<i>.h5 under the config's out")
+        if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
+            raise ConfigError(f"config file {path!r}: sweep field {name!r} lists a value twice: "
+                              f"{values!r}; allowed: distinct values (each cell once)")
     return raw, sweep
 
 
@@ -125,7 +132,11 @@ def select_cell(runs: list, config_path: str, cell: int | None) -> list:
     """The one cell asked for by --cell or, in a job-array task, SLURM_ARRAY_TASK_ID; else all."""
     sweep = runs[0][1] is not None
     if cell is None and sweep and "SLURM_ARRAY_TASK_ID" in os.environ:
-        cell = int(os.environ["SLURM_ARRAY_TASK_ID"])
+        task = os.environ["SLURM_ARRAY_TASK_ID"]
+        if not task.isdigit():
+            raise ConfigError(f"SLURM_ARRAY_TASK_ID {task!r} is not a cell index; allowed: 0.."
+                              f"{len(runs) - 1} (the array task of `sweep --write-array`'s script)")
+        cell = int(task)
     if cell is None:
         return runs
     if not sweep:
@@ -199,6 +210,19 @@ def main(argv: list[str]) -> int:
                               f"sets every field it sweeps)")
         if args.ntasks < 1:
             raise ConfigError(f"--ntasks must be >= 1, got {args.ntasks}")
+        for values, _ in runs:  # here, not in every array task of the job
+            check_fields(build_config(values), args.ntasks)
+        if args.write_array:
+            problem = array_script_error(args.write_array, args.config)
+            if problem:
+                raise ConfigError(problem)
+        # written into #SBATCH lines as they are: Slurm's forms only
+        if not re.fullmatch(r"(\d+-)?\d+(:\d{1,2}){0,2}", args.time):
+            raise ConfigError(f"--time {args.time!r} is not a Slurm time limit; allowed: MM, HH:MM:SS, "
+                              f"D-HH:MM:SS")
+        if args.slurm_partition is not None and not re.fullmatch(r"[\w.,-]+", args.slurm_partition):
+            raise ConfigError(f"--slurm-partition {args.slurm_partition!r} is not a partition name; "
+                              f"allowed: letters, digits, _ . , -")
         for values, cell in runs:
             workers = build_config({"workers": values.get("workers", 0)}).workers or args.ntasks
             if workers % args.ntasks:
@@ -220,6 +244,24 @@ def main(argv: list[str]) -> int:
                            args.slurm_partition)
         print(f"wrote {args.write_array}: submit with `sbatch {args.write_array}`")
     return 0
+
+
+def array_script_error(path: str, config_path: str) -> str | None:
+    """Why --write-array must not write `path`, or None: the config itself, or an existing file
+    that is not a job script (a previous --write-array's is replaced)."""
+    from ordersim.output import same_file
+
+    if same_file(path, config_path):
+        return f"--write-array {path!r} is the config file; choose another file"
+    if os.path.isdir(path):
+        return f"--write-array {path!r} is a directory; choose a file"
+    if os.path.exists(path):
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+        if not (head.startswith(b"#!") and b"#SBATCH" in head):
+            return (f"--write-array {path!r} exists and is not a job script; ordersim replaces only "
+                    f"its own: choose another file or remove it")
+    return None
 
 
 def merge_main(argv: list[str]) -> int:

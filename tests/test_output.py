@@ -305,3 +305,45 @@ def test_merge_has_a_column_for_every_config_field_that_differs(tmp_path):
 
     table = pd.read_csv(out)
     assert sorted(table.groupby("file").momentum.first()) == [0.0, 0.5]
+
+
+@pytest.mark.parametrize("sweep, words", [
+    ("lr = [0.1, -1]", ["config field 'lr'", "-1"]),  # cell 1's, found before cell 0 computes
+    ("lr = [0.1, 0.1]", ["lists a value twice"]),
+    ('out = ["a.h5", "b.h5"]', ["sweep field 'out' is not allowed"]),
+])
+def test_a_bad_sweep_is_refused_before_any_cell_computes(tmp_path, sweep, words):
+    config = tmp_path / "sweep.toml"
+    config.write_text(SWEEP.format(out=tmp_path / "cells.h5").replace("lr = [0.1, 0.2]\nbatch = [1, 2]", sweep))
+    for command in (["run", str(config)], ["sweep", str(config), "--write-array", str(tmp_path / "a.sbatch")]):
+        one_line_error(run_serial(command, timeout=120), *words)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.toml"]  # no cell, no script
+
+
+def test_sweep_writes_no_array_script_over_the_config_or_another_file(tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text(SWEEP.format(out=tmp_path / "cells.h5"))
+    notes = tmp_path / "notes.txt"
+    notes.write_text("kept\n")
+    for target, words in ((config, ["is the config file"]), (notes, ["is not a job script"])):
+        one_line_error(run_serial(["sweep", str(config), "--write-array", str(target)], timeout=60), *words)
+    assert notes.read_text() == "kept\n" and "[sweep]" in config.read_text()
+    script = tmp_path / "array.sbatch"
+    for _ in range(2):  # its own script is replaced
+        assert run_serial(["sweep", str(config), "--write-array", str(script)], timeout=60).returncode == 0
+    one_line_error(run_serial(["sweep", str(config), "--time", "1 hour"], timeout=60), "--time")
+    one_line_error(run_serial(["sweep", str(config), "--slurm-partition", "a b;x"], timeout=60),
+                   "--slurm-partition")
+
+
+def test_a_job_array_task_id_that_is_no_index_is_one_line(tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text(SWEEP.format(out=tmp_path / "cells.h5"))
+    result = run_serial(["run", str(config)], env={"SLURM_ARRAY_TASK_ID": "abc"}, timeout=60)
+    one_line_error(result, "SLURM_ARRAY_TASK_ID 'abc'", "0..3")
+
+
+def test_a_config_that_is_not_utf8_text_is_one_line(tmp_path):
+    config = tmp_path / "binary.toml"
+    config.write_bytes(b"\xff\xfe\x00epochs = 1\n")
+    one_line_error(run_serial(["run", str(config)], timeout=60), "is not valid TOML")

@@ -305,6 +305,13 @@ def test_synthetic_rows_routed_between_ranks_give_the_serial_trace(tmp_path, ran
     # sizes no machine holds: refused from an estimate, before anything is allocated
     (["--problem", "least-squares", "--data", "synthetic:regression?n=100000000000&d=20"], "data"),
     (["--problem", "least-squares", "--data", "synthetic:regression?n=100&d=100000000"], "data"),
+    # integers the trace and the jitted loops hold as int64
+    (["--seeds", str(2**64)], "seeds"),
+    (["--trace-every", str(10**20)], "trace_every"),
+    (["--straggler-options", '{"a": 1}'], "straggler_options"),  # ignored without a model
+    (["--measurements", "held-out", "held-out"], "measurements"),
+    (["--problem", "pyproject.toml"], "problem"),  # a path, but no .py file
+    (["--out", "/dev/null"], "out"),  # not a regular file
 ])
 def test_config_errors_are_one_line_and_exit_2(args, field, tmp_path):
     extra = [] if "--epochs" in args else ["--epochs", "1"]
@@ -314,6 +321,24 @@ def test_config_errors_are_one_line_and_exit_2(args, field, tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and f"'{field}'" in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_resume_without_out_is_refused(tmp_path):
+    """The default name carries the start time: a resumed run without --out could only start over."""
+    result = subprocess.run([sys.executable, "-m", "ordersim", "--epochs", "1", "--resume"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--resume needs --out" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
+@pytest.mark.mpi
+def test_a_usage_error_is_one_line_printed_once_under_mpi(tmp_path):
+    """argparse's own errors (an unknown flag, a malformed --cell): one line, by rank 0, not the
+    usage from every rank."""
+    result = run_mpi(2, ["-m", "ordersim", "--bogus", "1"], timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unrecognized arguments: --bogus" in lines[0], result.stderr
 
 
 @pytest.mark.mpi
