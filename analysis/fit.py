@@ -216,7 +216,7 @@ def main(argv=None) -> int:
     p = style.base_parser("ordersim.analysis.fit", __doc__)
     p.add_argument("files", nargs="+", type=style.run_trace, metavar="FILE.h5",
                    help="ordersim trace files (docs/trace-format.md)")
-    p.add_argument("--out", type=Path, default=None, metavar="DIR", help="also write the table to DIR/fit.csv")
+    p.add_argument("--out", type=style.out_dir, default=None, metavar="DIR", help="also write the table to DIR/fit.csv")
     add_arguments(p)
     args = p.parse_args(argv)
     result, metric, setting, epoch, notes = table(style.load(args.files), args.metric, args.setting,

@@ -410,16 +410,18 @@ CHECKS = {"scaling": scaling, "grab_mnist": grab_mnist, "cdgrab_logreg": cdgrab_
 
 
 def parser() -> argparse.ArgumentParser:
+    from ordersim.analysis import style  # its argument types: checked before anything runs
+
     p = argparse.ArgumentParser(prog="python -m ordersim reproduce", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("names", nargs="*", metavar="NAME", help=f"experiments (default: all): {', '.join(EXPERIMENTS)}")
     p.add_argument("--quick", action="store_true", help="the configs' [quick] size (CI), into results/papers/quick/")
-    p.add_argument("--figures", default=None, metavar="DIR",
+    p.add_argument("--figures", type=style.out_dir, default=None, metavar="DIR",
                    help="where the figures go (default: results/papers/figures, or results/papers/quick/figures)")
     p.add_argument("--results", default=None, metavar="DIR",
                    help="write (and read) the traces under DIR instead of at the configs' `out`")
     p.add_argument("--no-run", action="store_true", help="draw from the traces already written")
-    p.add_argument("--dpi", type=int, default=110, help="PNG resolution (default: 110)")
+    p.add_argument("--dpi", type=style.dpi, default=110, help="PNG resolution (default: 110)")
     return p
 
 

@@ -23,6 +23,7 @@ orderer's marker, and breaks the line where measurements are missing (docs/analy
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -493,16 +494,43 @@ def run_trace(path: str) -> str:
     return _file_argument(trace_root, path)
 
 
+MAX_DPI = 2400
+
+
+def dpi(text: str) -> int:
+    """argparse's type of --dpi: an integer from 1 to MAX_DPI (a PNG of 0 dpi fails in matplotlib
+    after the traces were read; 10^5 dpi exhausts the memory)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_DPI:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; allowed: an integer from 1 to {MAX_DPI}")
+    return value
+
+
+def out_dir(text: str) -> Path:
+    """argparse's type of --out DIR: a directory, or a path where one can be made (its nearest
+    existing parent a writable directory), checked before any trace is read."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory")
+    parent = next(p for p in (path, *path.parents) if p.exists())
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written ({str(parent)!r} is not a writable directory)")
+    return path
+
+
 def parser(module: str, doc: str, files_help: str = "ordersim trace files (layout: docs/trace-format.md)",
            files_type=run_trace) -> argparse.ArgumentParser:
     """The arguments every figure script shares: FILE.h5 ..., --out DIR, --band, --dpi."""
     p = base_parser(module, doc)
     p.add_argument("files", nargs="+", type=files_type, metavar="FILE.h5", help=files_help)
-    p.add_argument("--out", type=Path, required=True, metavar="DIR",
+    p.add_argument("--out", type=out_dir, required=True, metavar="DIR",
                    help="directory for the figures (created if missing); each figure as NAME.png and NAME.pdf")
     p.add_argument("--band", choices=("minmax", "std"), default="minmax",
                    help="shaded band over seeds: min-max, or mean +- one standard deviation")
-    p.add_argument("--dpi", type=int, default=DEFAULT_DPI, help="resolution of the PNG files (the PDFs are vector)")
+    p.add_argument("--dpi", type=dpi, default=DEFAULT_DPI, help="resolution of the PNG files (the PDFs are vector)")
     return p
 
 

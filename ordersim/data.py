@@ -367,8 +367,9 @@ class NpzRows:
 
 
 def _check_numeric(source: str, path: str, label: str, dtype) -> None:
-    if not np.issubdtype(dtype, np.number) and dtype != bool:
-        raise ValueError(f"{source} file {path!r}: {label} must be numeric, got dtype {dtype}")
+    # complex values would be cast to float64, the imaginary parts dropped with only a warning
+    if (not np.issubdtype(dtype, np.number) and dtype != bool) or np.issubdtype(dtype, np.complexfloating):
+        raise ValueError(f"{source} file {path!r}: {label} must be real numbers, got dtype {dtype}")
 
 
 class HDF5Rows:

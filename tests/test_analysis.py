@@ -413,6 +413,33 @@ def test_scripts_refuse_a_file_they_cannot_read_in_one_line(module, tmp_path, ca
     assert not (tmp_path / "figures").exists()
 
 
+@pytest.mark.parametrize("module", [convergence, herding, scaling, stragglers, herding_sim])
+def test_scripts_check_dpi_and_out_before_reading(module, tmp_path, capsys):
+    """--dpi 0 failed in matplotlib after the traces were read, 10^5 exhausted the memory; an
+    --out that is a file or under one gave a traceback: argparse's error now, exit 2."""
+    trace = herding_sim_file(tmp_path / "sim.h5") if module is herding_sim else write_trace(tmp_path / "t.h5")
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("kept\n")
+    for extra, why in ((["--dpi", "0"], "argument --dpi: '0' is not allowed"),
+                       (["--dpi", "100000"], "an integer from 1 to 2400"),
+                       (["--out", str(a_file)], "exists and is not a directory"),
+                       (["--out", str(a_file / "figures")], "is not a writable directory")):
+        args = [str(trace), "--out", str(tmp_path / "figures"), *extra]
+        with pytest.raises(SystemExit) as stop:
+            module.main(args)
+        assert stop.value.code == 2
+        assert why in capsys.readouterr().err.strip().splitlines()[-1]
+    assert a_file.read_text() == "kept\n" and not (tmp_path / "figures").exists()
+
+
+def test_reproduce_checks_dpi_before_running(capsys):
+    from ordersim.analysis import reproduce
+
+    with pytest.raises(SystemExit) as stop:
+        reproduce.main(["cdgrab_logreg", "--quick", "--dpi", "0"])
+    assert stop.value.code == 2 and "argument --dpi" in capsys.readouterr().err
+
+
 def test_scripts_explain_every_option(capsys):
     for module in (convergence, herding, scaling, herding_sim, fit):
         with pytest.raises(SystemExit):

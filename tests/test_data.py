@@ -377,6 +377,7 @@ def test_npz_members_are_read_a_block_at_a_time(tmp_path, monkeypatch, save, lay
     ({"X": np.array([[0.0, 1], [2, np.inf]]), "y": np.zeros(2)}, r"feature column 1 has a NaN/inf value at row 1"),
     ({"X": np.zeros((2, 2)), "y": np.array([0.0, np.nan])}, r"label at row 1 is nan"),
     ({"features": np.zeros((2, 2)), "y": np.zeros(2)}, r"must hold arrays 'X' and 'y', found: features, y"),
+    ({"X": np.ones((2, 2)) * 1j, "y": np.zeros(2)}, r"X must be real numbers, got dtype complex128"),
 ])
 def test_array_file_errors(tmp_path, arrays, pattern):
     f = tmp_path / "bad.npz"
