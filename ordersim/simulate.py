@@ -646,6 +646,9 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
     constants = {k: v for k, v in setup.constants.items() if k != "x_star"}
     regimes = {name: theory_regime(config, setup, name) for name in config.orderers}
     warn_regime(config, backend, regimes)
+    # how often a run appends to its datasets, which sizes their chunks: every epoch (and the
+    # start) for orders and steps, the measured epochs (0, K, 2K, ..., the last) for the rest
+    appends = dict(appends=config.epochs + 1, measured=-(-config.epochs // config.measure_every) + 1)
     if resumed is not None:
         resumed.wall_start += warm_up_time  # its clock was restored before the warm-up
     for index in range(position, len(plan)):
@@ -655,7 +658,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
         first_runs.add(orderer_name)
         if resumed is not None:  # the run the checkpoint stopped inside
             run, resumed = resumed, None
-            trace = writer.run(orderer_name, seed, appends=config.epochs + 1)
+            trace = writer.run(orderer_name, seed, **appends)
             first_epoch = run.epoch + 1
             record = resume["record"]
             visited = gather_order(run) if config.record_orders else None
@@ -664,7 +667,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
             trace = writer.start_run(orderer_name, seed, dict(
                 workers=config.workers, examples_per_worker=setup.n, batch=config.batch, lr=config.lr,
                 compile_time=compile_time, **constants, **regimes[orderer_name],
-                **(run.clock.attrs() if run.clock else {})), appends=config.epochs + 1)
+                **(run.clock.attrs() if run.clock else {})), **appends)
             record = run.measure(0)
             trace.append_epoch(record)
             visited = None  # the orders the next epoch visits (for per-example coverage)

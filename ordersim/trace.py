@@ -218,9 +218,9 @@ class TraceWriter:
             self.file.create_dataset(name, data=array)
         self.commit(array.nbytes)
 
-    def start_run(self, orderer: str, seed: int, attrs: dict, appends: int | None = None) -> "RunTrace":
-        """A new run's group; ``appends``: how many times each of its datasets will be appended
-        to (epochs + 1), which sizes their chunks (None: unknown)."""
+    def start_run(self, orderer: str, seed: int, attrs: dict, appends: int | None = None,
+                  measured: int | None = None) -> "RunTrace":
+        """A new run's group; ``appends``, ``measured``: as RunTrace's."""
         with self.writing():
             group = self.file.require_group("runs").require_group(orderer).create_group(f"seed_{seed}")
             group.attrs["orderer"] = orderer
@@ -231,10 +231,10 @@ class TraceWriter:
             group.attrs["epochs_completed"] = 0
         self.chunk_bytes = 0
         self.commit()
-        return RunTrace(self, group, appends)
+        return RunTrace(self, group, appends, measured)
 
-    def run(self, orderer: str, seed: int, appends: int | None = None) -> "RunTrace":
-        trace = RunTrace(self, self.file[f"runs/{orderer}/seed_{seed}"], appends)
+    def run(self, orderer: str, seed: int, appends: int | None = None, measured: int | None = None) -> "RunTrace":
+        trace = RunTrace(self, self.file[f"runs/{orderer}/seed_{seed}"], appends, measured)
         self.chunk_bytes = sum(math.prod(d.chunks) * d.dtype.itemsize for d in trace.datasets.values())
         return trace
 
@@ -259,8 +259,13 @@ def run_datasets(group: h5py.Group) -> dict:
 
 
 class RunTrace:
-    def __init__(self, writer: TraceWriter, group: h5py.Group, appends: int | None = None):
-        self.writer, self.group, self.appends = writer, group, appends
+    def __init__(self, writer: TraceWriter, group: h5py.Group, appends: int | None = None,
+                 measured: int | None = None):
+        """appends: how many times the run appends to its every-epoch datasets (orders, steps/,
+        stragglers/), measured: to its per-epoch ones (append_epoch; default appends), which size
+        their chunks (None: unknown)."""
+        self.writer, self.group = writer, group
+        self.appends, self.measured = appends, measured or appends
         self.name = group.name.removeprefix("/")
         # open once: a dataset closed after every append would flush its chunks on closing, where
         # h5py drops a write error (ObjectID.__dealloc__)
@@ -285,16 +290,17 @@ class RunTrace:
             self.last_chunks[path] = chunk
         return chunk
 
-    def _extend(self, path: str, values, dtype) -> None:
+    def _extend(self, path: str, values, dtype, appends: int | None = None) -> None:
         """Append rows `values` to the dataset at `path` below the run's group, creating it (as
-        `dtype`) at the first append."""
+        `dtype`) at the first append, chunked for `appends` such appends (default self.appends)."""
         data = self.datasets.get(path)
         if data is None:
             values = np.asarray(values, dtype=dtype)
             shape = values.shape[1:]
             rows = max(1, min(MAX_CHUNK_ROWS, MAX_CHUNK_ELEMENTS // max(1, math.prod(shape))))
-            if self.appends:  # no bigger than the whole run's rows: a short run's file stays small
-                rows = max(1, min(rows, len(values) * self.appends))
+            appends = appends or self.appends
+            if appends:  # no bigger than the whole run's rows: a short run's file stays small
+                rows = max(1, min(rows, len(values) * appends))
             parent, _, name = path.rpartition("/")
             group = self.group.require_group(parent) if parent else self.group
             data = group.create_dataset(name, shape=(0, *shape), maxshape=(None, *shape), dtype=dtype,
@@ -329,7 +335,7 @@ class RunTrace:
         with self.writer.writing():
             for name, value in record.items():
                 if value is not None:
-                    self._extend(name, [value], dtypes.get(name))
+                    self._extend(name, [value], dtypes.get(name), self.measured)
         with self.writer.writing():
             self.writer.file.flush()  # within the space reserved before these rows
             if self.epochs_completed is None:

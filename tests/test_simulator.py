@@ -160,6 +160,20 @@ def test_a_short_runs_chunks_hold_no_more_than_its_rows(serial_trace):
         assert run["orders"].chunks[0] == 4 and run["orders"].dtype == np.int32
 
 
+def test_measured_series_are_chunked_by_the_measured_epochs(tmp_path):
+    """measure_every = 3 over 7 epochs measures 0, 3, 6 and 7: the per-epoch series' chunks hold
+    those 4 rows, the orders' the 8 appends of every epoch (and the start)."""
+    path = tmp_path / "sparse.h5"
+    result = run_serial(["--epochs", "7", "--measure-every", "3", "--orderers", "rr", "--seeds", "0",
+                         "--record-orders", "--quiet", "--out", str(path)])
+    assert result.returncode == 0, result.stderr
+    with h5py.File(path, "r") as f:
+        run = f["runs/rr/seed_0"]
+        assert list(run["epoch"][()]) == [0, 3, 6, 7]
+        assert run["train_loss"].chunks == (4,) and run["epoch"].chunks == (4,)
+        assert len(run["orders"]) == 8 and run["orders"].chunks[0] == 8
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("ranks", [1, 2, 4])
 def test_mpi_traces_are_bitwise_identical_to_serial(serial_trace, tmp_path, ranks):
