@@ -21,12 +21,48 @@ projecting each gradient (docs/algorithms.md, "Random projection before balancin
     regularizer_gradient(x, params, out) -> None                     out = grad R(x)
 """
 
+import inspect
 import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba import config as numba_config
+from numba.core.dispatcher import Dispatcher
 
 LABEL_KINDS = ("binary", "multiclass", "real")
+
+# Every kernel of the contract (module docstring) and its arguments; the first four are required.
+KERNEL_ARGUMENTS = {
+    "batch_grads": "x, A, y, idx, params, out",
+    "full_loss": "x, A, y, idx, params",
+    "full_grad": "x, A, y, idx, params, out",
+    "accuracy": "x, A, y, idx, params",
+    "batch_grads_slopes": "x, A, y, idx, params, out, slopes",
+    "regularizer_gradient": "x, params, out",
+}
+REQUIRED_KERNELS = ("batch_grads", "full_loss", "full_grad", "accuracy")
+
+
+def kernel_contract_error(cls) -> str | None:
+    """What breaks the kernel contract in a problem class, or None: a required kernel missing, a
+    kernel that is not Numba-jitted (the step loops call it from compiled code) or that does not
+    take the contract's arguments. Checked when the class is defined, so a plug-in's mistake is
+    one line naming the kernel, not Numba's typing traceback after the data are prepared."""
+    for name, arguments in KERNEL_ARGUMENTS.items():
+        kernel = getattr(cls, name, None)
+        if kernel is None:
+            if name in REQUIRED_KERNELS:
+                return f"defines no kernel {name}({arguments})"
+            continue
+        if not numba_config.DISABLE_JIT and not isinstance(kernel, Dispatcher):
+            return (f"kernel {name} is not Numba-jitted ({type(kernel).__name__}); decorate it with "
+                    f"@njit(cache=True, error_model=\"numpy\")")
+        try:
+            inspect.signature(getattr(kernel, "py_func", kernel)).bind(*arguments.split(", "))
+        except (TypeError, ValueError):
+            return (f"kernel {name}{inspect.signature(getattr(kernel, 'py_func', kernel))} does not take "
+                    f"the contract's arguments ({arguments})")
+    return None
 
 
 def option_float(problem: str, name: str, value, low: float = 0.0, low_open: bool = False) -> float:
@@ -76,6 +112,13 @@ class Problem:
     # a linear model's kernels (the module docstring); None: gradients are projected one by one
     batch_grads_slopes = None
     regularizer_gradient = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.name:  # a problem, not an intermediate base class
+            error = kernel_contract_error(cls)
+            if error:
+                raise TypeError(f"problem {cls.name!r} {error} (docs/problems.md, \"Adding a problem\")")
 
     def __init__(self, features: int, classes: int = 0, **options):
         for field, value, low in (("features", features, 1), ("classes", classes, 0)):

@@ -16,6 +16,7 @@ PROBLEM = textwrap.dedent("""
     from numba import njit
 
     from ordersim.problems.base import Problem
+    from ordersim.problems.least_squares import accuracy, full_grad, full_loss
 
     SCALE = {scale}
 
@@ -36,6 +37,7 @@ PROBLEM = textwrap.dedent("""
     class Scaled(Problem):
         name = "scaled-least-squares"
         batch_grads = staticmethod(batch_grads)
+        full_loss, full_grad, accuracy = map(staticmethod, (full_loss, full_grad, accuracy))
 """)
 
 # One serial epoch (engine.epoch_loop) and one herding pass (metrics.step_sums_and_grad_error) of that

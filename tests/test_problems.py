@@ -306,6 +306,34 @@ def test_documented_worked_example_loads_by_path(tmp_path):
         make_problem(str(bad), P, 0)
 
 
+# A plug-in problem file with one kernel mistake each: refused when its class is defined, in one
+# line naming the kernel, not by Numba's typing traceback once the data are prepared.
+KERNEL_MISTAKES = [
+    ("batch_grads = staticmethod(njit(lambda x, A, y, idx, out: 0.0))",
+     r"kernel batch_grads\(x, A, y, idx, out\) does not take the contract's arguments \(x, A, y, idx, params, out\)"),
+    ("accuracy = None", r"defines no kernel accuracy\(x, A, y, idx, params\)"),
+    ("regularizer_gradient = staticmethod(njit(lambda x, out: None))",
+     r"kernel regularizer_gradient\(x, out\) does not take the contract's arguments \(x, params, out\)"),
+    ("full_loss = staticmethod(lambda x, A, y, idx, params: 0.0)", r"kernel full_loss is not Numba-jitted \(function\)"),
+]
+
+
+@pytest.mark.parametrize("line, message", KERNEL_MISTAKES)
+def test_a_problem_that_breaks_the_kernel_contract_is_one_line_before_any_data(line, message, tmp_path):
+    plug_in = tmp_path / "broken.py"
+    plug_in.write_text("from numba import njit\n\nfrom ordersim.problems.least_squares import LeastSquares\n\n\n"
+                       f"class Broken(LeastSquares):\n    name = 'broken'\n    {line}\n")
+    # with Numba on, as users run (under NUMBA_DISABLE_JIT=1 every kernel is a plain function)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_JIT"}
+    result = subprocess.run([sys.executable, "-m", "ordersim", "--problem", str(plug_in), "--epochs", "1",
+                             "--out", str(tmp_path / "x.h5")], capture_output=True, text=True, timeout=120,
+                            env=env)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "config field 'problem'" in lines[0] and re.search(message, lines[0]), result.stderr
+    assert not (tmp_path / "x.h5").exists()
+
+
 def test_without_problem_options_a_run_takes_the_problem_s_own_defaults(tmp_path):
     """No problem_options given: the problem's own ``defaults`` apply and are recorded as the run's
     options (they were overridden by lam = 0.01, and a problem without lam was refused). The
