@@ -16,6 +16,8 @@ import dataclasses
 import json
 import math
 import os
+import sys
+import time
 import tomllib
 import warnings
 from dataclasses import dataclass, field, replace
@@ -369,13 +371,22 @@ def launcher_rank() -> int:
     return 0
 
 
+def report_once(line: str) -> None:
+    """Print an error found on every rank before MPI is up: rank 0 prints it, the others wait a
+    moment before they exit, since a launcher that ends the job at the first non-zero exit (Open
+    MPI's) would otherwise kill rank 0 before its line is out."""
+    if launcher_rank() == 0:
+        print(line, file=sys.stderr, flush=True)
+    else:
+        time.sleep(1.0)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An argparse parser whose usage errors are one line (not the whole usage, dozens of lines),
     printed by rank 0 only; every rank exits with 2."""
 
     def error(self, message):
-        if launcher_rank() == 0:
-            self.exit(2, f"{self.prog}: error: {message} (--help explains every option)\n")
+        report_once(f"{self.prog}: error: {message} (--help explains every option)")
         self.exit(2)
 
 
