@@ -5,6 +5,7 @@ reads them back (``code_label``) to tell traces made by different code apart.
 """
 
 import hashlib
+import json
 import os
 import shlex
 import subprocess
@@ -12,6 +13,7 @@ import sys
 from importlib import metadata
 
 import ordersim
+from ordersim.registry import PLUGIN_FILES
 
 LIBRARIES = ("numpy", "numba", "mpi4py", "h5py")
 
@@ -68,7 +70,7 @@ def versions() -> list[tuple[str, str]]:
 def code_state() -> dict:
     """Root attributes: ordersim_version; git_commit and git_dirty ('' and False outside a git
     checkout); git_diff_sha1, the hash of `git diff HEAD` when dirty; <library>_version for numpy,
-    numba, mpi4py and h5py; mpi_library; command_line."""
+    numba, mpi4py and h5py; mpi_library; command_line, working_directory and plugin_files."""
     commit = _git("rev-parse", "HEAD")
     # the tree is dirty when a tracked file differs from the commit (untracked files do not count)
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no")) if commit else False
@@ -78,5 +80,19 @@ def code_state() -> dict:
                  git_diff_sha1=diff)
     state.update({f"{name}_version": _version(name) for name in LIBRARIES})
     state["mpi_library"] = mpi_library()
-    state["command_line"] = shlex.join([os.path.basename(sys.executable), *sys.argv])
+    state["command_line"] = command_line()
+    state["working_directory"] = os.getcwd()  # what the command line's relative paths meant
+    state["plugin_files"] = json.dumps(PLUGIN_FILES, sort_keys=True)
     return state
+
+
+def command_line() -> str:
+    """The command as it can be run again: the interpreter's full path (which environment), then
+    `-m MODULE` for a module run as a script (sys.argv[0] is its __main__.py's path), the rest of
+    sys.argv; shell-quoted."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name:
+        program = ["-m", spec.name.removesuffix(".__main__")]
+    else:
+        program = sys.argv[:1]
+    return shlex.join([sys.executable, *program, *sys.argv[1:]])

@@ -63,6 +63,11 @@ def package_classes(package: str, path, base: type) -> list[type]:
                   key=lambda cls: cls.name)
 
 
+# Every plug-in file this process imported: its absolute path -> the SHA-256 of its bytes as
+# imported (a trace records them: the file may change or move after the run).
+PLUGIN_FILES: dict[str, str] = {}
+
+
 def load_file(path: str, kind: str, base: type) -> type:
     """The one subclass of ``base`` (with a name) that the Python file ``path`` defines."""
     file = Path(path)
@@ -81,11 +86,13 @@ def load_file(path: str, kind: str, base: type) -> type:
         spec = importlib.util.spec_from_file_location(module_name, file)
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
+        source = file.read_bytes()
         try:
             spec.loader.exec_module(module)
         except Exception as exc:
             del sys.modules[module_name]
             raise ValueError(f"{kind} file {path!r} failed to import: {type(exc).__name__}: {exc}") from exc
+        PLUGIN_FILES[str(file.resolve())] = hashlib.sha256(source).hexdigest()
     classes = subclasses_in(sys.modules[module_name], base)
     if len(classes) != 1:
         raise ValueError(f"{kind} file {path!r} must define exactly one subclass of "
@@ -185,4 +192,4 @@ class Registry(Mapping):
         return ", ".join(self)
 
 
-__all__ = ["PluginError", "Registry", "is_path", "load_file", "subclasses_in"]
+__all__ = ["PLUGIN_FILES", "PluginError", "Registry", "is_path", "load_file", "subclasses_in"]

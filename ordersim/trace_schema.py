@@ -157,7 +157,11 @@ ROOT_ATTRIBUTES = (
     Attribute("numpy_version, numba_version, mpi4py_version, h5py_version", "str",
               "the libraries' versions (`''` when not installed)"),
     Attribute("mpi_library", "str", "first line of `MPI.Get_library_version()` (`''` without mpi4py)"),
-    Attribute("command_line", "str", "the command that ran (interpreter and `sys.argv`, shell-quoted)"),
+    Attribute("command_line", "str", "the command that ran, as it can be run again: the interpreter's full "
+              "path, `-m ordersim` (or the script), the arguments; shell-quoted"),
+    Attribute("working_directory", "str", "the directory it ran in, which its relative paths are relative to"),
+    Attribute("plugin_files", "str (JSON object)", "every plug-in file given by path (problem, orderer, data "
+              "source, ...): its absolute path -> the SHA-256 of its contents as imported (`{}` when none)"),
     Attribute("config", "str (JSON)", "the full resolved configuration (every field, defaults included)"),
     Attribute("ranks", "int", "number of MPI ranks (1 for the serial backend)"),
     Attribute("backend", "str", "`serial` or `mpi`"),
@@ -167,7 +171,7 @@ ROOT_ATTRIBUTES = (
     Attribute("start_time, end_time", "str (ISO 8601, UTC)", "`end_time` is absent when the job was killed"),
     Attribute("resumes", "str (JSON list)", "one object per `--resume` that continued this trace, in order: "
               "its `time`, `ranks`, `backend`, `exchange` and `hosts`, and its code state (the code-state "
-              "attributes above, `command_line` included); absent when the trace was never resumed. The "
+              "attributes above, `command_line`, `working_directory` and `plugin_files` included); absent when the trace was never resumed. The "
               "root's own code state is that of the job that created the trace"),
     Attribute("problem, data", "str", "problem name and data spec"),
     Attribute("data_info", "str (JSON)", "the data set as opened: its spec, source, standardization, "
