@@ -151,11 +151,30 @@ def regime_lines(config, setup) -> list[str]:
     return lines
 
 
+def output_refusal(out: str, config) -> str | None:
+    """Why a run would refuse `out` (rank 0): the same checks, the writability one by creating the
+    file as a run does; the directories that made are removed again (a dry run writes nothing)."""
+    from ordersim.runner import existing_output_error
+    from ordersim.simulate import check_output
+
+    directory = first_missing = os.path.dirname(os.path.abspath(out))
+    while not os.path.exists(os.path.dirname(first_missing)):
+        first_missing = os.path.dirname(first_missing)
+    created = not os.path.exists(first_missing)
+    refused = existing_output_error(out, config, False) or check_output(out)
+    if created and os.path.isdir(first_missing):
+        while True:  # from the deepest up to the first one that was missing
+            os.rmdir(directory)
+            if directory == first_missing:
+                break
+            directory = os.path.dirname(directory)
+    return refused
+
+
 def dry_run(runs: list, config_path: str | None, flags: dict, comm, size: int, rank: int) -> int:
     """Print what the runs (values, cell) would do; 0, or 2 on a config error (every rank)."""
     from ordersim.backend import MPIBackend, SerialBackend
     from ordersim.compile_notice import compile_notice
-    from ordersim.runner import existing_output_error
     from ordersim.simulate import default_out_path, prepare
 
     def say(*lines):
@@ -190,7 +209,7 @@ def dry_run(runs: list, config_path: str | None, flags: dict, comm, size: int, r
             with compile_notice(f"the kernels of {config.problem} (for its constants)", rank == 0):
                 setup = prepare(config, backend)
             where = f"cell {cell.index} {json.dumps(cell.params)}" if cell is not None else "the run"
-            refused = existing_output_error(out, config, False) if rank == 0 else None
+            refused = output_refusal(out, config) if rank == 0 else None
             say(f"{where}: out {out}" + (f" (a run would refuse it: {refused})" if refused else ""),
                 f"  m = {config.workers} workers x n = {setup.n} examples (dropped {setup.dropped}), "
                 f"d = {setup.problem.dim}, b = {config.batch}, {-(-setup.n // config.batch)} steps per "
