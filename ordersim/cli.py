@@ -24,18 +24,6 @@ COMMANDS = {
 # Commands that run in one process and write one file: under a launcher with several ranks every
 # rank would run them and race for the same --out.
 SERIAL_COMMANDS = ("sweep", "merge", "herding-sim")
-# What MPI launchers tell a process of the job's size, read before MPI is initialized.
-SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
-
-
-def launcher_size() -> int:
-    """The number of ranks the process's launcher started (1 when not launched by one)."""
-    for name in SIZE_VARIABLES:
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return 1
-
 
 def commands_help() -> str:
     lines = ["commands (python -m ordersim COMMAND --help for each):"]
@@ -59,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ordersim: error: unknown command {argv[0]!r}; commands: {', '.join(COMMANDS)}",
               file=sys.stderr)
         return 2
+    from ordersim.config import launcher_size, report_once  # light: the standard library
+
     if argv[0] in SERIAL_COMMANDS and launcher_size() > 1:
-        from ordersim.config import report_once
 
         report_once(f"ordersim: error: {argv[0]} runs in one process, not under a launcher with "
                     f"{launcher_size()} ranks; allowed: `python -m ordersim {argv[0]} ...` alone "

@@ -362,13 +362,26 @@ INT64_END = 2**63
 RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
 
 
-def launcher_rank() -> int:
-    """This process's rank as its launcher says (0 when not launched by one)."""
-    for name in RANK_VARIABLES:
+# What MPI launchers tell a process of the job's size.
+SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
+
+
+def _launcher_number(variables: tuple[str, ...], default: int) -> int:
+    for name in variables:
         value = os.environ.get(name, "")
         if value.isdigit():
             return int(value)
-    return 0
+    return default
+
+
+def launcher_rank() -> int:
+    """This process's rank as its launcher says (0 when not launched by one)."""
+    return _launcher_number(RANK_VARIABLES, 0)
+
+
+def launcher_size() -> int:
+    """The number of ranks the process's launcher started (1 when not launched by one)."""
+    return _launcher_number(SIZE_VARIABLES, 1)
 
 
 def report_once(line: str) -> None:
