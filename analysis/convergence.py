@@ -11,7 +11,9 @@ and, for traces with a straggler model, DIR/convergence_sim_time.{png,pdf} (agai
 time, the cumulative ``sim_time``; docs/stragglers.md). ``--x`` picks the figures. One panel per metric present in the files, one line per orderer (and per configuration
 when the files differ in m, n, b, lr, problem, coding, s or a setting such as a swept momentum:
 shades of the orderer's colour, a grey scale at the right says which): mean over seeds with a
-band, markers at measured epochs only.
+band, markers at measured epochs only. Plain runs given with straggler runs are lines of their
+own (coding, s and stragglers "none" on the grey scale); the simulated-time figure draws the
+straggler runs only (a plain run has no simulated time) and its caption says how many it left out.
 The caption under the panels gives the configuration the runs share (problem, m, n, b, the step
 size against L).
 """
@@ -61,16 +63,22 @@ def figures(df, band_kind="minmax", names=DEFAULT_METRICS, x_axes=None) -> dict:
     elif "sim_time" in x_axes and not has_sim:
         raise SystemExit("convergence: --x sim_time needs traces of runs with a straggler model "
                          "(no dataset 'sim_time' in the files)")
-    variants = style.Variants(df)
     out = {}
     for name, x_col, x_label in (axis for axis in X_AXES if axis[0] in x_axes):
         if name == "time":
             x_col, x_label = time_column(df)
+        shown, left_out = df, ""
+        if name == "sim_time":  # a plain run beside straggler runs has no simulated time to draw at
+            timed = df.groupby(["file", "orderer", "seed"]).sim_time.transform("count") > 0
+            shown, plain = df[timed], df[~timed].groupby(["file", "orderer", "seed"]).ngroups
+            if plain:
+                left_out = f"{plain} run(s) without a straggler model (no simulated time) not drawn"
+        variants = style.Variants(shown)
         fig, axes = style.figure(len(metrics))
-        times = ({(o, c): v for o, c, _, v in variants.series(df, x_col)} if x_col != "epoch" else None)
+        times = ({(o, c): v for o, c, _, v in variants.series(shown, x_col)} if x_col != "epoch" else None)
         for ax, (metric, y_label, scale) in zip(axes, metrics):
             scale = scale if df[metric].max() <= 1 else 1.0  # accuracy stored as a fraction or in %
-            for orderer, config, epochs, values in variants.series(df, metric):
+            for orderer, config, epochs, values in variants.series(shown, metric):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)  # an epoch no run measured
                     x = epochs if times is None else np.nanmean(times[orderer, config], axis=0)
@@ -83,7 +91,7 @@ def figures(df, band_kind="minmax", names=DEFAULT_METRICS, x_axes=None) -> dict:
         style.orderer_legend(fig, variants.orderers, band_kind)
         fig.tight_layout()
         variants.colorbar(fig)
-        style.caption(fig, df, exclude=variants.columns)
+        style.caption(fig, shown, exclude=variants.columns, extra=left_out)
         out[f"convergence_{name}"] = fig
     return out
 

@@ -101,10 +101,38 @@ def fit_cells(points, column: str, flat_slope: float, level: float = 0.95) -> di
                 floor=", ".join(f"{v:g}" for v in x[at_floor]))
 
 
+def completed_runs(df):
+    """The rows of the runs that completed: interrupted and diverged runs are left out of a fit."""
+    return df[(df.status == "completed") & ~df.interrupted.astype(bool)]
+
+
+def common_epochs(df) -> list[int]:
+    """The epochs every completed run measured: those --epoch may name."""
+    per_run = completed_runs(df).groupby(["file", "orderer", "seed"]).epoch.apply(lambda e: set(e.astype(int)))
+    return sorted(set.intersection(*per_run)) if len(per_run) else []
+
+
+def check_epoch(p: argparse.ArgumentParser, df, epoch: int | None) -> None:
+    """argparse's error (exit 2) when --epoch names an epoch that not every completed run measured:
+    the fit would silently drop the runs without it, or have no run at all."""
+    if epoch is None:
+        return
+    allowed = common_epochs(df)
+    if epoch in allowed:
+        return
+    if not allowed:
+        span = "none (no completed run in the files)"
+    elif allowed == list(range(allowed[0], allowed[-1] + 1)):
+        span = f"{allowed[0]} to {allowed[-1]}"
+    else:
+        span = ", ".join(map(str, allowed))
+    p.error(f"argument --epoch: '{epoch}' is not allowed; allowed: an epoch every completed run measured: {span}")
+
+
 def final_errors(df, metric: str = "auto", epoch: int | None = None):
     """One row per completed run: its settings and ``error`` at epoch T; also returns (metric, T, notes)."""
     notes = []
-    ok = df[(df.status == "completed") & ~df.interrupted.astype(bool)]
+    ok = completed_runs(df)
     left = df.loc[~df.index.isin(ok.index), ["file", "orderer", "seed", "status"]].drop_duplicates()
     for r in left.itertuples():
         notes.append(f"left out run {r.orderer}/seed_{r.seed} of {r.file} (status {r.status})")
@@ -186,6 +214,32 @@ def table(df, metric="auto", setting="auto", epoch=None, level=0.95):
     return pd.DataFrame(rows), metric, setting, epoch, notes
 
 
+def epoch_number(text: str) -> int:
+    """argparse's type of --epoch: an integer >= 0, checked before any trace is read (check_epoch
+    then checks it against the traces' epochs)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; allowed: an integer >= 0, an epoch every "
+                                         "completed run measured")
+    return value
+
+
+def confidence_level(text: str) -> float:
+    """argparse's type of --level: a number strictly between 0 and 1 (at 1 the interval is
+    infinite, at 0 a single point, outside NaN), checked before any trace is read."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; allowed: a number strictly between 0 and 1 "
+                                         "(0.95 for a 95% interval)")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("--metric", choices=METRICS, default="auto",
                    help="error of a run: suboptimality f-f*; gap = train loss minus the smallest train loss "
@@ -194,9 +248,11 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("--setting", choices=("auto",) + theory.SETTINGS, default="auto",
                    help="which theory column to compare with: pl (PL / strongly convex) or nonconvex; "
                         "auto = pl when f* is known for every run and the metric is not grad_norm_sq")
-    p.add_argument("--epoch", type=int, default=None, metavar="T",
-                   help="epoch at which the error is taken (default: the last epoch every completed run reached)")
-    p.add_argument("--level", type=float, default=0.95, help="confidence level of the interval")
+    p.add_argument("--epoch", type=epoch_number, default=None, metavar="T",
+                   help="epoch at which the error is taken, one every completed run measured "
+                        "(default: the last epoch every completed run reached)")
+    p.add_argument("--level", type=confidence_level, default=0.95,
+                   help="confidence level of the interval, strictly between 0 and 1")
 
 
 def report(result, metric, setting, epoch, notes, level=0.95) -> str:
@@ -219,8 +275,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=style.out_dir, default=None, metavar="DIR", help="also write the table to DIR/fit.csv")
     add_arguments(p)
     args = p.parse_args(argv)
-    result, metric, setting, epoch, notes = table(style.load(args.files), args.metric, args.setting,
-                                                  args.epoch, args.level)
+    df = style.load(args.files)
+    check_epoch(p, df, args.epoch)
+    result, metric, setting, epoch, notes = table(df, args.metric, args.setting, args.epoch, args.level)
     print(report(result, metric, setting, epoch, notes, args.level))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)

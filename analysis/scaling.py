@@ -91,7 +91,9 @@ def main(argv=None) -> int:
     p = style.parser("ordersim.analysis.scaling", __doc__)
     fit.add_arguments(p)
     args = style.parse(p, argv)
-    plot(style.load(args.files), args.out, args.metric, args.setting, args.epoch, args.level, args.band)
+    df = style.load(args.files)
+    fit.check_epoch(p, df, args.epoch)
+    plot(df, args.out, args.metric, args.setting, args.epoch, args.level, args.band)
     return 0
 
 

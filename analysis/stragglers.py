@@ -215,7 +215,13 @@ def main(argv=None) -> int:
                    help="the metric value whose first simulated time the final table reports (default 1e-3)")
     args = style.parse(p, argv)
     df = style.load(args.files)
-    _, summary = plot(df, step_times(args.files), args.out, args.metric, args.orderers, args.band)
+    times = step_times(args.files)
+    present = sorted(times.orderer.unique(), key=style.orderer_key)
+    unknown = [name for name in args.orderers or () if name not in present]
+    if unknown:
+        p.error(f"argument --orderers: {', '.join(map(repr, unknown))} {'is' if len(unknown) == 1 else 'are'} "
+                f"not allowed; allowed: the orderers of the runs with a straggler model: {', '.join(present)}")
+    _, summary = plot(df, times, args.out, args.metric, args.orderers, args.band)
     print(TABLE_TITLE)
     print(summary.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print()

@@ -246,8 +246,17 @@ def varying_columns(df, exclude=()) -> list[str]:
     return [c for c in config_columns(df) if c not in exclude and varies(c)]
 
 
+def missing(value) -> bool:
+    """Whether a configuration value is absent: NaN where a run lacks the attribute (a plain run
+    beside straggler runs has no ``coding``), or None."""
+    return value is None or (isinstance(value, float) and np.isnan(value))
+
+
 def config_value_text(value) -> str:
-    """A configuration value as text: numbers with %g (8, 0.9), anything else as it is."""
+    """A configuration value as text: numbers with %g (8, 0.9), "none" for an absent or empty
+    one (a plain run's coding, its ``stragglers = ""``), anything else as it is."""
+    if missing(value) or value == "":
+        return "none"
     numeric = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
     return f"{value:g}" if numeric else str(value)
 
@@ -271,13 +280,13 @@ class Variants:
 
     def __init__(self, df, exclude=()):
         self.columns = varying_columns(df, exclude)
-        self.configs = (sorted(set(df[self.columns].itertuples(index=False, name=None)), key=_sort_key)
-                        if self.columns else [()])
+        self.configs = (sorted({config_key(c) for c in df[self.columns].itertuples(index=False, name=None)},
+                               key=_sort_key) if self.columns else [()])
         self.orderers = sorted(df.orderer.unique(), key=orderer_key) if len(df) else []
 
     def position(self, config) -> float:
         k = len(self.configs)
-        return self.configs.index(tuple(config)) / (k - 1) if k > 1 else 1.0
+        return self.configs.index(config_key(config)) / (k - 1) if k > 1 else 1.0
 
     def color(self, orderer: str, config=()):
         """The orderer's colour, shaded by the configuration when several are drawn."""
@@ -291,7 +300,7 @@ class Variants:
     def series(self, df, y: str, x: str = "epoch", run=RUN):
         """(orderer, config, x values, runs x points array of y) per line (``run_values``); in
         orderer order, then configuration order."""
-        out = [(orderer, tuple(config), *run_values(g, x, y, run))
+        out = [(orderer, config_key(config), *run_values(g, x, y, run))
                for (orderer, *config), g in df.groupby(["orderer", *self.columns], sort=False, dropna=False)]
         return sorted(out, key=lambda item: (orderer_key(item[0]), self.configs.index(item[1])))
 
@@ -320,8 +329,16 @@ class Variants:
         return bar
 
 
+def config_key(values) -> tuple:
+    """A configuration as a tuple whose absent values are None: NaN != NaN, so two runs without
+    the attribute would otherwise be two configurations, and neither found among ``configs``."""
+    return tuple(None if missing(v) else v for v in values)
+
+
 def _sort_key(config):
-    return tuple((0, v, "") if isinstance(v, (int, float, np.number)) else (1, 0, str(v)) for v in config)
+    """Numbers first, in order, then text, then absent values."""
+    return tuple((2, 0, "") if v is None else (0, v, "") if isinstance(v, (int, float, np.number)) else (1, 0, str(v))
+                 for v in config)
 
 
 def orderer_legend(fig, orderers, band_kind: str | None = "minmax", ax=None, **kw):

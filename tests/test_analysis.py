@@ -88,6 +88,19 @@ def sweep(tmp_path_factory):
     return files
 
 
+def keep_epochs(path, keep):
+    """Rewrite every run's per-epoch datasets of ``path`` to the epochs in ``keep`` (as if measured
+    only there)."""
+    with h5py.File(path, "r+") as f:
+        for orderer in f["runs"]:
+            for run in f["runs"][orderer].values():
+                rows = np.isin(run["epoch"][()], keep)
+                for name in [k for k, v in run.items() if isinstance(v, h5py.Dataset) and v.ndim == 1]:
+                    values = run[name][()][rows]
+                    del run[name]
+                    run.create_dataset(name, data=values, maxshape=(None,), chunks=True)
+
+
 def quiet(fn, *args):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TraceWarning)
@@ -351,6 +364,32 @@ def test_cells_at_a_floor_are_flagged_and_left_out(tmp_path, capsys):
     assert cd.floor == "16, 32" and cd.cells == 4 and cd.ci_low <= -2 <= cd.ci_high
     assert result.set_index(["variable", "orderer"]).loc[("m", "rr")].floor == "-"
     assert any("cd-grab, m: cells m = 16, 32 are at a floor" in note for note in notes)
+
+
+@pytest.mark.parametrize("module", [fit, scaling])
+def test_fit_options_outside_their_domain_are_refused_in_one_line(module, tmp_path, capsys):
+    """--epoch and --level were used unchecked: a negative or unmeasured T fitted no run (or some
+    runs only), a level of 0, 1.5 or 95 printed a 0%, 150% or 9500% interval."""
+    files = [str(write_trace(tmp_path / f"m{m}.h5", workers=m, seeds=(0, 1))) for m in (1, 2, 4)]
+    gappy = str(write_trace(tmp_path / "every3.h5", workers=8, seeds=(0, 1), epochs=7))
+    keep_epochs(gappy, [0, 3, 6, 7])  # measure_every = 3
+    out = ["--out", str(tmp_path / "figures")] if module is scaling else []
+    cases = [(files, ["--epoch", "-1"], "argument --epoch: '-1' is not allowed; allowed: an integer >= 0"),
+             (files, ["--epoch", "6"], "argument --epoch: '6' is not allowed; allowed: an epoch every completed "
+                                       "run measured: 0 to 5"),
+             (files + [gappy], ["--epoch", "4"], "measured: 0, 3"),
+             (files, ["--level", "0"], "argument --level: '0' is not allowed; allowed: a number strictly between "
+                                       "0 and 1"),
+             (files, ["--level", "1.5"], "'1.5' is not allowed"), (files, ["--level", "95"], "'95' is not allowed"),
+             (files, ["--level", "nan"], "'nan' is not allowed")]
+    for paths, option, why in cases:
+        with pytest.raises(SystemExit) as stop:
+            quiet(module.main, [*paths, *out, *option])
+        assert stop.value.code == 2, option
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith(f"python -m {module.__name__}: error: ") and why in err[-1], (option, err)
+    assert not (tmp_path / "figures").exists()
+    assert quiet(module.main, [*files, *out, "--epoch", "3", "--level", "0.9"]) == 0
 
 
 def test_scripts_say_which_code_states_they_read(tmp_path, capsys):

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from ordersim.analysis import convergence, herding, herding_sim, scaling, stragglers, style  # noqa: E402
 from ordersim.analysis.load import load_herding_sim  # noqa: E402
-from test_analysis import herding_sim_file, quiet, write_trace  # noqa: E402
+from test_analysis import herding_sim_file, keep_epochs, quiet, write_trace  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -104,19 +104,6 @@ def test_caption_names_the_configuration_and_the_step_against_L(tmp_path):
     assert "step α = 0.01 (α L = 0.01)" in text and "3 runs (file, seed) per line" in text
 
 
-def keep_epochs(path, keep):
-    """Rewrite every run's per-epoch datasets of ``path`` to the epochs in ``keep`` (as if measured
-    only there)."""
-    with h5py.File(path, "r+") as f:
-        for orderer in f["runs"]:
-            for run in f["runs"][orderer].values():
-                rows = np.isin(run["epoch"][()], keep)
-                for name in [k for k, v in run.items() if isinstance(v, h5py.Dataset) and v.ndim == 1]:
-                    values = run[name][()][rows]
-                    del run[name]
-                    run.create_dataset(name, data=values, maxshape=(None,), chunks=True)
-
-
 def test_measure_every_draws_markers_at_the_measured_epochs_only(tmp_path):
     path = write_trace(tmp_path / "every3.h5", epochs=7)
     keep_epochs(path, [0, 3, 6, 7])  # measure_every = 3: 0, 3, 6, and always the last
@@ -169,6 +156,16 @@ def test_herding_vs_n_and_herding_sim_draw_the_sqrt_n_and_log_n_references(tmp_p
     h0 = hs[(hs.workers == 2) & (hs["round"] == 0)].herding.mean()
     assert lines["--"].get_ydata()[0] == pytest.approx(h0)
     assert lines[":"].get_ydata()[0] == pytest.approx(h0 / np.sqrt(32) * np.log(32))
+
+
+def test_herding_sim_rounds_have_integer_ticks(tmp_path):
+    """With 1 or 2 rounds matplotlib put ticks at 0.2 or 0.5 rounds."""
+    for rounds in (1, 2):
+        fig = herding_sim.draw(load_herding_sim([herding_sim_file(tmp_path / f"hs{rounds}.h5", rounds=rounds)]))
+        fig.canvas.draw()
+        for ax in fig.axes:
+            ticks = ax.get_xticks()
+            assert len(ticks) > 1 and (ticks == np.round(ticks)).all(), (rounds, ticks)
 
 
 def test_herding_epochs_draws_no_level_scaled_from_epoch_0(tmp_path):

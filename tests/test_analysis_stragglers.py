@@ -28,19 +28,50 @@ def traces(tmp_path_factory):
     return paths
 
 
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """A trace of the same runs without a straggler model (no sim_time, no coding attributes)."""
+    path = tmp_path_factory.mktemp("plain") / "plain.h5"
+    result = run_serial([*COMMON[:-2], "--out", str(path)])
+    assert result.returncode == 0, result.stderr
+    return str(path)
+
+
 def test_convergence_against_simulated_time(traces, tmp_path):
     assert convergence.main([*traces, "--out", str(tmp_path), "--x", "sim_time", "--dpi", "60"]) == 0
     written(tmp_path, "convergence_sim_time")
     assert not (tmp_path / "convergence_epochs.png").exists()
 
 
-def test_convergence_sim_time_needs_straggler_traces(tmp_path):
-    path = tmp_path / "plain.h5"
-    assert run_serial([*COMMON[:-2], "--out", str(path)]).returncode == 0
+def test_convergence_sim_time_needs_straggler_traces(plain, tmp_path):
     with pytest.raises(SystemExit, match="sim_time"):
-        convergence.main([str(path), "--out", str(tmp_path), "--x", "sim_time"])
-    assert convergence.main([str(path), "--out", str(tmp_path), "--dpi", "60"]) == 0  # default: no sim_time
+        convergence.main([plain, "--out", str(tmp_path), "--x", "sim_time"])
+    assert convergence.main([plain, "--out", str(tmp_path), "--dpi", "60"]) == 0  # default: no sim_time
     assert not (tmp_path / "convergence_sim_time.png").exists()
+
+
+def test_convergence_draws_plain_and_straggler_runs_together(plain, traces, tmp_path):
+    """A plain run has no coding, s or sim_time (NaN in its rows): that raised a ValueError (NaN !=
+    NaN, so its configuration was not found). Against epochs it is a line of its own, "none" on the
+    grey scale; against simulated time only the straggler runs are drawn, the caption says so."""
+    import matplotlib.pyplot as plt
+
+    files = [plain, traces[0]]  # traces[0]: wait-all
+    assert convergence.main([*files, "--out", str(tmp_path), "--dpi", "60"]) == 0
+    written(tmp_path, "convergence_epochs", "convergence_time", "convergence_sim_time")
+    figs = convergence.figures(stragglers.style.load(files))
+    for name, lines_per_orderer in (("convergence_epochs", 2), ("convergence_sim_time", 1)):
+        fig = figs[name]
+        first = fig.axes[0]
+        drawn = [line.get_label() for line in first.get_lines() if line.get_gid() == "orderer-line"]
+        assert sorted(drawn) == sorted(["rr", "cd-grab"] * lines_per_orderer), name
+    (bar,) = [ax for ax in figs["convergence_epochs"].axes if ax.get_label() == "<colorbar>"]
+    assert [t.get_text() for t in bar.get_yticklabels()] == [
+        "wait-all, s=0, stragglers=shifted-exp", "none, s=none, stragglers=none"]
+    assert not [ax for ax in figs["convergence_sim_time"].axes if ax.get_label() == "<colorbar>"]
+    caption = next(t.get_text() for t in figs["convergence_sim_time"].texts if t.get_gid() == "caption")
+    assert "4 run(s) without a straggler model (no simulated time) not drawn" in caption.replace("\n", " ")
+    plt.close("all")
 
 
 def test_stragglers_script(traces, tmp_path, capsys):
@@ -65,6 +96,18 @@ def test_stragglers_script(traces, tmp_path, capsys):
     assert stragglers.main([*traces, "--out", str(tmp_path / "one"), "--orderers", "cd-grab",
                             "--metric", "train_loss", "--dpi", "60"]) == 0
     written(tmp_path / "one", "stragglers")
+
+
+def test_stragglers_refuses_an_orderer_not_in_the_files_in_one_line(traces, tmp_path, capsys):
+    """--orderers bogus left no run to draw: matplotlib's traceback (a grid of 0 rows)."""
+    for names, bad in ((["bogus"], "'bogus' is"), (["rr", "grab", "x"], "'grab', 'x' are")):
+        with pytest.raises(SystemExit) as stop:
+            stragglers.main([*traces[:2], "--out", str(tmp_path / "figures"), "--orderers", *names])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1] == (f"python -m ordersim.analysis.stragglers: error: argument --orderers: {bad} not "
+                           "allowed; allowed: the orderers of the runs with a straggler model: rr, cd-grab"), err
+    assert not (tmp_path / "figures").exists()
 
 
 def test_stragglers_figure_has_one_legend_per_meaning_and_shared_ranges(traces):
