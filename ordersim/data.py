@@ -122,6 +122,12 @@ def _parse_spec(spec: str) -> tuple[str, str, dict]:
     return source, rest, options
 
 
+def check_spec(spec: str) -> None:
+    """A ValueError if ``spec`` is malformed or names an unknown source, without opening the data
+    (for `ordersim warm`, which compiles on a stand-in and never reads them)."""
+    _parse_spec(spec)
+
+
 def spec_file(spec: str) -> str | None:
     """The file a data spec reads (libsvm:, csv:, npz:, hdf5:, a source whose ``reads_file`` is
     set), or None (also for a bad spec)."""
@@ -203,6 +209,11 @@ class SyntheticRows:
         d = self.features
         check_fits_in_memory(f"synthetic data {spec!r}", f"d = {d}: its d x d feature rotation",
                              2 * d * d * 8, "use a smaller d")  # the normal draw and its QR factor
+        if kind == "classification":  # W and its normalized copy; a block's logits, probabilities, sums
+            K = o["classes"]
+            check_fits_in_memory(f"synthetic data {spec!r}", f"classes = {K}: its classes x d weights and "
+                                 f"a block's {self.block_rows} x classes probabilities",
+                                 8 * K * (2 * d + 3 * self.block_rows), "use fewer classes")
         # features with covariance Q diag(s^2) Q^T, s^2 geometric from 1 down to 1/cond
         self.scales = np.sqrt(np.geomspace(1.0, 1.0 / o["cond"], d)) if d > 1 else np.ones(1)
         rng = stream(seed, "data", 0, _GENERATE)  # what all blocks share
@@ -1020,7 +1031,8 @@ def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
         count = sum(b[2] for b in bad)
         raise ValueError(f"{where}: feature column {col} has a NaN/inf value at row {row}{line} "
                          f"({count} non-finite value(s) in all); features must be finite")
-    y = source.labels if source.labels is not None else np.concatenate([s["labels"] for s in surveys])
+    y = np.asarray(source.labels if source.labels is not None else np.concatenate([s["labels"] for s in surveys]))
+    _check_shapes(where, (N, raw_features), y.shape)  # any source's (a user's too): rows index y below
     bad_labels = np.flatnonzero(~np.isfinite(y))
     if bad_labels.size:
         raise ValueError(f"{where}: label at row {bad_labels[0]} is {float(y[bad_labels[0]])!r}; labels must be finite")
@@ -1110,6 +1122,15 @@ def _dirichlet_fill(q, pools, starts, counts, n, u):
     return shards
 
 
+class PartitionError(ValueError):
+    """partition()'s refusal; ``field`` is the config field at fault (workers, partition,
+    remainder, alpha, data_seed, data), so that the caller blames that one, not always workers."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
 def partition(y: np.ndarray, workers: int, scheme: str = "contiguous", *, alpha: float = 1.0, seed: int = 0,
               remainder: str = "drop") -> tuple[np.ndarray, int]:
     """Shards (m, n) int64 of training-example indices and the number of examples dropped.
@@ -1120,27 +1141,31 @@ def partition(y: np.ndarray, workers: int, scheme: str = "contiguous", *, alpha:
     fairly); smaller alpha = more label skew = more heterogeneity. When N mod m = r != 0, remainder="drop"
     drops r examples (the last r rows; for shuffled and dirichlet the last r of a random permutation)
     and returns r so the caller can warn and record it; remainder="error" raises.
+    Every error is a PartitionError naming the config field at fault.
     """
     y = np.asarray(y)
     if y.ndim != 1 or y.shape[0] == 0:
-        raise ValueError(f"partition: y must be a non-empty 1-d array of labels, got shape {y.shape}")
+        raise PartitionError(f"partition: y must be a non-empty 1-d array of labels, got shape {y.shape}", "data")
     N = y.shape[0]
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or not 1 <= workers <= N:
-        raise ValueError(f"partition: workers must be an integer in 1..{N} (the number of examples), got {workers!r}")
+        raise PartitionError(f"partition: workers must be an integer in 1..{N} (the number of examples), "
+                             f"got {workers!r}", "workers")
     if scheme not in PARTITIONS:
-        raise ValueError(f"partition: unknown scheme {scheme!r}; known: {', '.join(PARTITIONS)}")
+        raise PartitionError(f"partition: unknown scheme {scheme!r}; known: {', '.join(PARTITIONS)}", "partition")
     if remainder not in REMAINDERS:
-        raise ValueError(f"partition: remainder must be one of {', '.join(REMAINDERS)}, got {remainder!r}")
+        raise PartitionError(f"partition: remainder must be one of {', '.join(REMAINDERS)}, got {remainder!r}",
+                             "remainder")
     if not (isinstance(alpha, (int, float, np.integer, np.floating)) and not isinstance(alpha, bool)
             and math.isfinite(alpha) and alpha > 0):
-        raise ValueError(f"partition: alpha must be a finite number > 0, got {alpha!r}")
+        raise PartitionError(f"partition: alpha must be a finite number > 0, got {alpha!r}", "alpha")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"partition: seed must be an integer >= 0, got {seed!r}")
+        raise PartitionError(f"partition: seed must be an integer >= 0, got {seed!r}", "data_seed")
     m = int(workers)
     n, dropped = divmod(N, m)
     if dropped and remainder == "error":
-        raise ValueError(f"partition: {N} examples do not split evenly over {m} workers ({N} mod {m} = {dropped}); "
-                         f"use remainder='drop' to drop {dropped}, or choose workers dividing {N}")
+        raise PartitionError(f"partition: {N} examples do not split evenly over {m} workers ({N} mod {m} = "
+                             f"{dropped}) with remainder='error'; use remainder='drop' to drop {dropped}, or "
+                             f"choose workers dividing {N}", "remainder")
     rng = stream(seed, "data", 0, _PARTITION)
     if scheme == "contiguous":
         return np.arange(m * n, dtype=np.int64).reshape(m, n), dropped
@@ -1150,7 +1175,8 @@ def partition(y: np.ndarray, workers: int, scheme: str = "contiguous", *, alpha:
         return kept.reshape(m, n).copy(), dropped
     labels = y[kept]
     if not np.all(np.isfinite(labels)) or not np.all(labels == np.round(labels)):
-        raise ValueError("partition: scheme 'dirichlet' needs discrete class labels, but y holds non-integer values")
+        raise PartitionError("partition: scheme 'dirichlet' needs discrete class labels, but y holds non-integer "
+                             "values; use partition 'contiguous' or 'shuffled' for real-valued labels", "partition")
     values, inverse = np.unique(labels, return_inverse=True)
     K = len(values)
     order = np.argsort(inverse, kind="stable")  # kept examples grouped by class, random within a class

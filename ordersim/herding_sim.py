@@ -19,6 +19,7 @@ import numpy as np
 from numba import njit
 
 from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
+from ordersim.data import check_fits_in_memory
 from ordersim.metrics import parallel_herding
 from ordersim.orderers import available_orderers, make_orderer, orderer_class
 from ordersim.provenance import code_state
@@ -228,6 +229,11 @@ def _validate(args) -> str | None:
     if len(set(args.workers)) != len(args.workers):
         return f"--workers lists a value twice: {' '.join(map(str, args.workers))}"
     examples = [args.total // m for m in args.workers]
+    try:  # random_vectors' (m, n, dim) float64 vectors and a worker's draw of (n, dim) beside them
+        check_fits_in_memory(f"--total {args.total} and --dim {args.dim}", "the m x n x dim vectors",
+                             8 * args.dim * (args.total + max(examples)), "use a smaller --total or --dim")
+    except ValueError as error:
+        return str(error)
     if args.batch > min(examples):
         return f"--batch {args.batch} is more than n = {min(examples)} examples per worker"
     try:

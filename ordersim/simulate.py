@@ -101,7 +101,7 @@ def _plan(config: Config, share) -> tuple:
         shards, dropped = partition(plan.y, config.workers, config.partition, alpha=config.alpha,
                                     seed=config.data_seed, remainder=config.remainder)
     except ValueError as err:
-        raise ConfigError(f"config field 'workers': {err}") from None
+        raise ConfigError(f"config field {getattr(err, 'field', 'workers')!r}: {err}") from None
     n = shards.shape[1]
     if n < 1:
         raise ConfigError(f"config field 'workers': {config.workers} workers leave no example per "

@@ -34,13 +34,19 @@ STAND_INS = {"binary": "synthetic:classification?d=4&classes=2",
 
 
 def stand_in(config):
-    """The config with its data replaced by the small synthetic set that compiles the same kernels."""
+    """The config with its data replaced by the small synthetic set that compiles the same kernels.
+    The data spec is still checked (not read), so that a bad one fails here as it fails a run."""
+    from ordersim.data import check_spec
     from ordersim.problems import problem_class
 
     try:
         kind = problem_class(config.problem).label_kind
     except ValueError as err:
         raise ConfigError(f"config field 'problem': {err}") from None
+    try:
+        check_spec(config.data)
+    except ValueError as err:
+        raise ConfigError(f"config field 'data': {err}") from None
     per_worker = max(8, 2 * config.batch)  # a few steps per epoch
     rows = math.ceil(config.workers * per_worker / (1 - config.test_fraction)) + 2
     return replace(config, data=f"{STAND_INS[kind]}&n={rows}", backend="serial", remainder="drop")

@@ -158,6 +158,16 @@ def test_warm_compiles_on_a_stand_in_and_never_reads_the_data(tmp_path):
     assert "ordersim warm: 1 (problem, orderer) pair(s) compiled and cached" in result.stdout
 
 
+@pytest.mark.parametrize("spec", ["bogus", "nosuch:x"])
+def test_warm_refuses_a_bad_data_spec_as_a_run_does(tmp_path, spec):
+    """The data are not read, but their spec is checked: a malformed one or an unknown source
+    exited 0 before, having warmed the stand-in."""
+    result = ordersim(["warm", "--data", spec, "--orderers", "rr"], cwd=tmp_path, env={"NUMBA_DISABLE_JIT": "1"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ordersim: error: config field 'data': ") and spec in lines[0]
+
+
 @pytest.fixture(scope="module")
 def sweep_traces(tmp_path_factory):
     """Two sweep cells (momentum 0 and 0.5) of rr and d-grab, 2 seeds, 2 epochs, measured at 0 and 2."""

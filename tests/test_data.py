@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ordersim.data import SKLEARN_SETS, _sklearn_file, load_dataset, partition
+from ordersim.data import SKLEARN_SETS, PartitionError, _sklearn_file, load_dataset, partition
 
 
 def one_line(info):
@@ -387,6 +387,32 @@ def test_array_file_errors(tmp_path, arrays, pattern):
     assert str(f) in one_line(info)
 
 
+SHORT_LABELS = """\
+import numpy as np
+from ordersim.data import DataSource, InMemoryRows, Opened
+
+
+class Short(DataSource):
+    name = "short"
+    description = "10 rows, 9 labels"
+
+    def open(self, spec, name, options, seed, hdf5_locking):
+        rows = InMemoryRows(np.zeros((10, 2)), np.arange(9.0) % 2)
+        if name == "blocks":  # the labels come with the rows instead
+            rows.labels, rows.block = None, lambda b: (rows.X, np.arange(9.0) % 2)
+        return Opened(rows, where="short source")
+"""
+
+
+@pytest.mark.parametrize("name", ["labels", "blocks"])
+def test_a_source_with_fewer_labels_than_rows_is_refused(tmp_path, name):
+    """Any source's labels, not only the file sources': an IndexError when the split indexed them."""
+    source = tmp_path / "short.py"
+    source.write_text(SHORT_LABELS)
+    with pytest.raises(ValueError, match=r"^short source: dimension mismatch: X has 10 rows but y has 9 labels$"):
+        load_dataset(f"{source}:{name}", test_fraction=0.2)
+
+
 @pytest.mark.parametrize("spec, pattern", [
     ("libsvm:/nonexistent/a.svm", r"libsvm file '/nonexistent/a.svm' does not exist"),
     ("csv:/nonexistent/a.csv", r"csv file '/nonexistent/a.csv' does not exist"),
@@ -448,18 +474,22 @@ def test_dirichlet_skew_grows_as_alpha_shrinks():
     assert s[0] < 0.35 < s[1] < s[2] and s[2] > 0.6
 
 
-@pytest.mark.parametrize("kwargs, pattern", [
-    ({"workers": 0}, r"workers must be an integer in 1..6"),
-    ({"workers": 7}, r"workers must be an integer in 1..6"),
-    ({"workers": 2, "scheme": "iid"}, r"unknown scheme 'iid'; known: contiguous, shuffled, dirichlet"),
-    ({"workers": 2, "remainder": "pad"}, r"remainder must be one of drop, error"),
-    ({"workers": 2, "scheme": "dirichlet", "alpha": 0.0}, r"alpha must be a finite number > 0"),
+@pytest.mark.parametrize("kwargs, pattern, field", [
+    ({"workers": 0}, r"workers must be an integer in 1..6", "workers"),
+    ({"workers": 7}, r"workers must be an integer in 1..6", "workers"),
+    ({"workers": 2, "scheme": "iid"}, r"unknown scheme 'iid'; known: contiguous, shuffled, dirichlet", "partition"),
+    ({"workers": 2, "remainder": "pad"}, r"remainder must be one of drop, error", "remainder"),
+    ({"workers": 4, "remainder": "error"}, r"6 examples do not split evenly over 4 workers", "remainder"),
+    ({"workers": 2, "scheme": "dirichlet", "alpha": 0.0}, r"alpha must be a finite number > 0", "alpha"),
 ])
-def test_partition_bad_arguments(kwargs, pattern):
-    with pytest.raises(ValueError, match=pattern):
+def test_partition_bad_arguments(kwargs, pattern, field):
+    """Each error names the config field at fault (PartitionError.field), not always workers."""
+    with pytest.raises(PartitionError, match=pattern) as caught:
         partition(np.arange(6.0) % 2, **kwargs)
-    with pytest.raises(ValueError, match="needs discrete class labels"):
+    assert caught.value.field == field
+    with pytest.raises(PartitionError, match="needs discrete class labels") as caught:
         partition(np.linspace(0, 1, 6), 2, "dirichlet")
+    assert caught.value.field == "partition"
 
 
 @settings(max_examples=40, deadline=None)

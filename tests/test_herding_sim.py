@@ -166,6 +166,9 @@ def test_cli_quiet_prints_only_the_table(tmp_path, capsys):
         (["--workers", "5000"], ["--workers", "5000", "--total"]),
         (["--total", "0"], ["--total", ">= 1", "0"]),
         (["--dim", "0"], ["--dim", ">= 1", "0"]),
+        # sizes no machine holds: refused from an estimate, not a MemoryError traceback
+        (["--total", str(10**14)], ["--total", str(10**14), "GiB", "memory"]),
+        (["--dim", str(10**13)], ["--dim", str(10**13), "GiB", "memory"]),
         (["--rounds", "-1"], ["--rounds", ">= 0", "-1"]),
         (["--batch", "0"], ["--batch", "0"]),
         (["--batch", "2000"], ["--batch", "2000"]),

@@ -560,6 +560,8 @@ def reader(tmp_path):
     (["reader"], {"stride": 3}),
     (["reader", "d-grab"], {"stride": 3, "group": 2}),  # each takes its own; reader refuses group
     (["rr", "recursive-pair", "reader"], {"stride": 3, "block": 2}),
+    (["recursive-pair"], {"block": 3}),  # a bad value of an orderer's own option (check_options)
+    (["rr", "recursive-pair"], {"block": True}),
 ])
 def test_the_simulator_refuses_exactly_what_make_orderer_refuses(names, table, reader):
     """The config's orderer_options (shared by the run's orderers, each taking the entries that
@@ -584,7 +586,8 @@ def test_the_simulator_refuses_exactly_what_make_orderer_refuses(names, table, r
     if refusals or set(table) - taken:
         with pytest.raises(ConfigError, match=r"^config field 'orderer_options': .*(reader: projection and group "
                                               r"are options|unknown option\(s\) \w+ for the orderers .*; allowed: "
-                                              r"projection, projection_dim, group)"):
+                                              r"projection, projection_dim, group|recursive-pair: block must "
+                                              r"be a power of two >= 2, got)"):
             check_fields(config, 1)
         return
     for name in check_fields(config, 1).orderers:

@@ -319,6 +319,7 @@ def test_synthetic_rows_routed_between_ranks_give_the_serial_trace(tmp_path, ran
     # sizes no machine holds: refused from an estimate, before anything is allocated
     (["--problem", "least-squares", "--data", "synthetic:regression?n=100000000000&d=20"], "data"),
     (["--problem", "least-squares", "--data", "synthetic:regression?n=100&d=100000000"], "data"),
+    (["--problem", "softmax", "--data", "synthetic:classification?n=100&classes=100000000000"], "data"),
     # integers the trace and the jitted loops hold as int64
     (["--seeds", str(2**64)], "seeds"),
     (["--trace-every", str(10**20)], "trace_every"),
@@ -326,6 +327,13 @@ def test_synthetic_rows_routed_between_ranks_give_the_serial_trace(tmp_path, ran
     (["--measurements", "held-out", "held-out"], "measurements"),
     (["--problem", "pyproject.toml"], "problem"),  # a path, but no .py file
     (["--out", "/dev/null"], "out"),  # not a regular file
+    # an orderer's own option: its rule (Orderer.check_options) applied before any data is read
+    (["--orderers", "recursive-pair", "--orderer-options", '{"block": 3}'], "orderer_options"),
+    (["--orderers", "sbw", "--workers", "1", "--orderer-options", '{"b_max": -1}'], "orderer_options"),
+    # partition's errors name the field at fault (data.PartitionError.field), not workers
+    (["--remainder", "error", "--workers", "4"], "remainder"),  # 455 training examples
+    (["--problem", "least-squares", "--data", "synthetic:regression?n=100", "--partition", "dirichlet",
+      "--workers", "4"], "partition"),
 ])
 def test_config_errors_are_one_line_and_exit_2(args, field, tmp_path):
     extra = [] if "--epochs" in args else ["--epochs", "1"]

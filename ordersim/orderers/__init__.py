@@ -61,7 +61,8 @@ def table_options(classes: list[type[Orderer]], table: dict, batch: int | None,
     ``extra_options`` and, if it reads the gradients, projection, projection_dim and group
     (balance_options; the orderers that ignore the gradients ignore them, as make_orderer does).
     A ValueError naming ``field`` refuses what make_orderer would refuse: an entry that none of
-    the classes takes, a bad projection or group, projection or group for a gradient orderer that
+    the classes takes, a bad value of an orderer's own option (Orderer.check_options), a bad
+    projection or group, projection or group for a gradient orderer that
     takes neither."""
     own = {key: cls.name for cls in classes for key in cls.extra_options}  # each option, an orderer taking it
     unknown = sorted(set(table) - set(BALANCE_OPTIONS) - set(own))
@@ -73,6 +74,10 @@ def table_options(classes: list[type[Orderer]], table: dict, batch: int | None,
     options = []
     for cls in classes:
         given = {key: table[key] for key in cls.extra_options if key in table}
+        try:
+            cls.check_options(given)  # the rule __init__ applies, before any data is read
+        except ValueError as err:
+            raise ValueError(f"{field}: {err}") from None
         if cls.needs_gradients:
             try:
                 cls.check_takes_projection_and_group(balance["projection"], balance["group"])

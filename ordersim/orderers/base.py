@@ -195,6 +195,14 @@ class Orderer:
         self._setup()
 
     @classmethod
+    def check_options(cls, options: dict) -> None:
+        """Refuse a bad value among ``options``, entries of the orderer's own ``extra_options``
+        (only those present), with a ValueError naming the option, the value and what is allowed.
+        The one place for the rule: __init__ calls it, and so does config.check_fields (through
+        table_options), so a bad value is refused before any data is read. Subclasses with
+        extra_options override it, calling super()."""
+
+    @classmethod
     def check_takes_projection_and_group(cls, projection: str, group: int) -> None:
         """A gradient orderer that is no UnitOrderer (a user's) refuses projection and group with a
         ValueError, rather than ignoring them; the gradient-free orderers ignore them."""

@@ -14,8 +14,15 @@ class KernelHalvingWalk(AdaptivePairWalk):
     extra_options = ("epochs",)
     required_options = ("epochs",)
 
+    @classmethod
+    def check_options(cls, options):
+        super().check_options(options)
+        if "epochs" in options:  # absent from a config's table: the run's epochs (make_orderer)
+            check_epochs(cls.name, options["epochs"])
+
     def __init__(self, *args, epochs=None, **kwargs):
-        self.epochs = check_epochs(self.name, epochs)
+        self.check_options({"epochs": epochs})
+        self.epochs = int(epochs)
         super().__init__(*args, **kwargs)
 
     def _setup_state(self):

@@ -125,9 +125,15 @@ class RecursivePairBalance(UnitOrderer):
     kernel = staticmethod(recursive_pair_observe)
     extra_options = ("block",)
 
-    def __init__(self, *args, block: int = 8, **kwargs):
+    @classmethod
+    def check_options(cls, options):
+        super().check_options(options)
+        block = options.get("block", 8)
         if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 2 or block & (block - 1):
-            raise ValueError(f"{self.name}: block must be a power of two >= 2, got {block!r}")
+            raise ValueError(f"{cls.name}: block must be a power of two >= 2, got {block!r}")
+
+    def __init__(self, *args, block: int = 8, **kwargs):
+        self.check_options({"block": block})
         self.block = int(block)
         super().__init__(*args, **kwargs)
 

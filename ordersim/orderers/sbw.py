@@ -26,12 +26,20 @@ class SelfBalancingWalk(AdaptivePairWalk, PairGraB):
     extra_options = ("epochs", "b_max")
     required_options = ("epochs",)
 
-    def __init__(self, *args, epochs=None, b_max=None, **kwargs):
-        self.epochs = check_epochs(self.name, epochs)
+    @classmethod
+    def check_options(cls, options):
+        super().check_options(options)
+        if "epochs" in options:  # absent from a config's table: the run's epochs (make_orderer)
+            check_epochs(cls.name, options["epochs"])
+        b_max = options.get("b_max")
         if b_max is not None and not (isinstance(b_max, (int, float, np.floating)) and not isinstance(b_max, bool)
                                       and math.isfinite(b_max) and b_max > 0):
-            raise ValueError(f"{self.name}: b_max must be a finite number > 0 (or None: from the differences "
+            raise ValueError(f"{cls.name}: b_max must be a finite number > 0 (or None: from the differences "
                              f"seen), got {b_max!r}")
+
+    def __init__(self, *args, epochs=None, b_max=None, **kwargs):
+        self.check_options({"epochs": epochs, "b_max": b_max})
+        self.epochs = int(epochs)
         self.b_max = 0.0 if b_max is None else float(b_max)  # 0: from the differences seen
         super().__init__(*args, **kwargs)
 
