@@ -460,6 +460,9 @@ def check_fields(config: Config, ranks: int) -> Config:
             bad("orderers", cls.name, f"workers=1 for the centralized {cls.name} (or use "
                 f"{' / '.join(cls.centralized_alternatives)} with {workers} workers)")
     problem = _registered("problem", PROBLEMS, config.problem)
+    if config.shuffle_variance and not problem.convex:  # x* is solved for convex problems only
+        raise ConfigError(f"config field 'shuffle_variance': true needs a problem whose x* is known (a convex "
+                          f"problem); {problem.name} has none (set shuffle_variance = false)")
     # none given: the problem's own defaults, recorded (trace, --dry-run) as the options in effect
     problem_options = config.problem_options or dict(problem.defaults)
     config = replace(config, workers=workers, backend=backend, orderers=names, problem_options=problem_options)

@@ -188,9 +188,6 @@ def prepare(config: Config, backend: SerialBackend, stop: StopRequest | None = N
     if config.schedule == "theory" and not (constants.get("mu") or 0) > 0:
         raise ConfigError("config field 'schedule': 'theory' needs a problem with mu > 0 (a PL or "
                           f"strongly convex problem); {config.problem} has mu = {constants.get('mu')}")
-    if config.shuffle_variance and constants.get("x_star") is None:
-        raise ConfigError(f"config field 'shuffle_variance': true needs a problem whose x* is known (a convex "
-                          f"problem); {config.problem} has none (set shuffle_variance = false)")
     return Setup(config, backend, problem, A, y, n, shards, dropped, constants, test_A,
                  test_y, test_bounds, info)
 

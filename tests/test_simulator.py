@@ -345,6 +345,16 @@ def test_config_errors_are_one_line_and_exit_2(args, field, tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_theory_schedule_needs_mu_from_the_data(tmp_path):
+    """mu comes from the data's constants, so this one error follows their computation (and maybe
+    the notice that its kernels compiled): one error line, exit 2, and no trace written."""
+    out = tmp_path / "x.h5"
+    result = run_serial(["--problem", "nonconvex-logistic", "--schedule", "theory", "--epochs", "1", "--out", str(out)])
+    errors = [line for line in result.stderr.splitlines() if line.startswith("ordersim: error:")]
+    assert result.returncode == 2 and len(errors) == 1 and "'schedule'" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr and not out.exists()
+
+
 def test_resume_without_out_is_refused(tmp_path):
     """The default name carries the start time: a resumed run without --out could only start over."""
     result = subprocess.run([sys.executable, "-m", "ordersim", "--epochs", "1", "--resume"], cwd=tmp_path,
