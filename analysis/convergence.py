@@ -85,6 +85,8 @@ def figures(df, band_kind="minmax", names=DEFAULT_METRICS, x_axes=None) -> dict:
                 style.band(ax, x, values * scale, orderer, band_kind, col=variants.color(orderer, config),
                            epochs=epochs)
             ax.set_xlabel(x_label)
+            if x_col == "epoch":
+                style.counted_x(ax)
             ax.set_ylabel(y_label)
             if "accuracy" not in metric:
                 style.log_if_positive(ax, df[metric])

@@ -50,6 +50,7 @@ def draw_epochs(df, column, norm, band_kind):
         style.plain_log_y(ax)
         ax.set_title(f"m = {m}, n = {n}, b = {b}")
         ax.set_xlabel("epoch $t$")
+        style.counted_x(ax)
         ax.set_ylabel(f"parallel herding {NORM_LABEL[norm]}")
     style.orderer_legend(fig, variants.orderers, band_kind)
     fig.tight_layout()

@@ -15,7 +15,6 @@ only.
 
 from __future__ import annotations
 
-import matplotlib.ticker
 import numpy as np
 
 from ordersim.analysis import style
@@ -45,7 +44,7 @@ def draw(df, band_kind="minmax", log=True, title=None):
         ax.plot(ends, [c * np.log(n)] * 2, "k:", lw=1, label=REFERENCE_LABELS[1])
         ax.set_title(f"m = {m}, n = {n}")
         ax.set_xlabel("reorder round")
-        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # rounds are counted: no 0.5
+        style.counted_x(ax)
         if log:
             style.plain_log_y(ax)
     axes[0].set_ylabel(r"parallel herding $\|\cdot\|_\infty$")

@@ -246,6 +246,8 @@ def curves(df, panels, out: Path, name: str, title: str, x: str = "epoch"):
         for lab, (xs, values) in style.by_seed(df, x, column).items():
             style.band(ax, xs, values, lab)
         ax.set_xlabel({"epoch": "epoch (data passes)"}.get(x, x))
+        if x == "epoch":
+            style.counted_x(ax)
         ax.set_ylabel(label)
         if log:
             style.log_if_positive(ax, df[column])
@@ -397,6 +399,7 @@ def draw(name, verdict, data, out: Path, quick: bool):
     for ax in axes:
         style.log_if_positive(ax, df[column])
     axes[0].set_xlabel("epoch")
+    style.counted_x(axes[0])
     axes[1].set_xlabel(f"{clock_label}, no compilation (a line per seed)")
     axes[0].set_ylabel(label)
     style.legend(axes[0], "minmax" if df.seed.nunique() > 1 else None, figure_level=True)

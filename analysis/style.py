@@ -449,6 +449,11 @@ def plain_log_y(ax):
         lambda v, _: f"{v:g}" if ax.get_ylim()[1] / ax.get_ylim()[0] < 10 else ""))
 
 
+def counted_x(ax):
+    """Integer ticks on an x axis of counted things (epochs, rounds): no 0.5 on a short run."""
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+
+
 def log2_axis(ax, ticks=None):
     """Log base 2 x axis with plain numbers as tick labels (at ``ticks``, e.g. the swept values)."""
     ax.set_xscale("log", base=2)

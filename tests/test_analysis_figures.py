@@ -168,6 +168,21 @@ def test_herding_sim_rounds_have_integer_ticks(tmp_path):
             assert len(ticks) > 1 and (ticks == np.round(ticks)).all(), (rounds, ticks)
 
 
+def test_epoch_axes_have_integer_ticks(tmp_path):
+    """A run of 1 or 2 epochs got ticks at 0.25 or 0.5 epochs on every figure drawn against epochs."""
+    for epochs in (1, 2):
+        df = load([write_trace(tmp_path / f"e{epochs}.h5", epochs=epochs)])
+        figs = [convergence.figures(df, x_axes=["epochs"])["convergence_epochs"],
+                herding.figures(df)["herding_epochs"]]
+        for fig in figs:
+            fig.canvas.draw()
+            for ax in fig.axes:
+                if ax.get_xlabel().startswith("epoch"):
+                    ticks = ax.get_xticks()
+                    assert len(ticks) > 1 and (ticks == np.round(ticks)).all(), (epochs, ticks)
+            plt.close(fig)
+
+
 def test_herding_epochs_draws_no_level_scaled_from_epoch_0(tmp_path):
     """Later epochs are measured at other models: a level from the epoch-0 herding compares nothing."""
     fig = herding.figures(load([write_trace(tmp_path / "a.h5")]))["herding_epochs"]
