@@ -709,8 +709,9 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
                     run_id=run_id), run.state())
         trace.finish(run.status)
         results.setdefault(orderer_name, []).append(dict(record, status=run.status))
-        checkpoint_if_due(config, backend, stop, ckpt, None,
-                          dict(position=index + 1, results=results, run_id=run_id), None)
+        if index + 1 < len(plan):  # after the last run nothing is left to resume: finish (exit 0)
+            checkpoint_if_due(config, backend, stop, ckpt, None,
+                              dict(position=index + 1, results=results, run_id=run_id), None)
     writer.close()
     if backend.rank == 0 and os.path.exists(ckpt):
         os.remove(ckpt)  # finished: the checkpoint would only resume a completed job

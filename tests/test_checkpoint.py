@@ -478,3 +478,47 @@ def test_a_closed_stdout_stops_the_run_with_a_checkpoint(uninterrupted, tmp_path
     result = run_serial([*ARGS, "--quiet", "--resume", "--out", str(out)])
     assert result.returncode == 0, result.stderr
     assert_bitwise_equal(uninterrupted, contents(out))
+
+
+SIGNAL_IN_LAST_EPOCH = textwrap.dedent('''
+    import os
+    import signal
+
+    from ordersim.measurements.base import Measurement
+    from ordersim.trace_schema import Dataset
+
+
+    class SignalAt(Measurement):
+        """Sends SIGUSR1 to its own process when rank SIGNAL_RANK measures epoch SIGNAL_EPOCH: a
+        signal at an exact point of the run (the warm-up measures epoch 1 only)."""
+        name = "signal-at"
+        description = "test: SIGUSR1 at a chosen epoch"
+        datasets = (Dataset("signalled", "float64", "(T,)", "test", "1 in the epoch signalled"),)
+
+        def measure(self, view):
+            hit = view.epoch == int(os.environ["SIGNAL_EPOCH"])
+            if hit and view.backend.rank == int(os.environ["SIGNAL_RANK"]):
+                os.kill(os.getpid(), signal.SIGUSR1)
+            return {"signalled": float(hit)}
+''')
+
+
+@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.mpi), pytest.param(4, marks=pytest.mark.mpi)])
+def test_a_signal_in_the_last_epoch_finishes_the_job(tmp_path, ranks):
+    """SIGUSR1 during the last epoch of the last run (on the last rank alone under MPI): every epoch is
+    done, so the job finishes (exit 0, end_time, no checkpoint) instead of stopping with a
+    checkpoint that only a requeued job would close."""
+    plugin = tmp_path / "signal_at.py"
+    plugin.write_text(SIGNAL_IN_LAST_EPOCH)
+    out = tmp_path / "last.h5"
+    args = ["--epochs", "3", "--orderers", "rr", "--seeds", "0", "--workers", "4", "--quiet",
+            "--measurements", str(plugin), "--out", str(out)]
+    env = dict(SIGNAL_EPOCH="3", SIGNAL_RANK=str(ranks - 1))
+    result = (run_serial(args, env=env) if ranks == 1
+              else run_mpi(ranks, ["-m", "ordersim", *args], env=env))
+    assert result.returncode == 0, result.stderr
+    assert not os.path.exists(checkpoint.checkpoint_path(str(out)))
+    with h5py.File(out, "r") as f:
+        run = f["runs/rr/seed_0"]
+        assert "end_time" in f.attrs and run.attrs["status"] == "completed"
+        assert list(run["signalled"][()]) == [0, 0, 0, 1]  # epochs 0..3: the signal came in epoch 3
