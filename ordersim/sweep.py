@@ -131,19 +131,20 @@ def config_cells(config_path: str, flags: dict | None = None, quick: bool = Fals
 def select_cell(runs: list, config_path: str, cell: int | None) -> list:
     """The one cell asked for by --cell or, in a job-array task, SLURM_ARRAY_TASK_ID; else all."""
     sweep = runs[0][1] is not None
+    source = "--cell"  # the error names what the user set
     if cell is None and sweep and "SLURM_ARRAY_TASK_ID" in os.environ:
         task = os.environ["SLURM_ARRAY_TASK_ID"]
         if not task.isdigit():
             raise ConfigError(f"SLURM_ARRAY_TASK_ID {task!r} is not a cell index; allowed: 0.."
                               f"{len(runs) - 1} (the array task of `sweep --write-array`'s script)")
-        cell = int(task)
+        cell, source = int(task), "SLURM_ARRAY_TASK_ID"
     if cell is None:
         return runs
     if not sweep:
         raise ConfigError(f"--cell {cell}: config file {config_path!r} has no [sweep] table (or the "
                           f"command line sets every field it sweeps)")
     if not 0 <= cell < len(runs):
-        raise ConfigError(f"--cell {cell} is out of range: config file {config_path!r} has "
+        raise ConfigError(f"{source} {cell} is out of range: config file {config_path!r} has "
                           f"{len(runs)} cells (0..{len(runs) - 1})")
     return [runs[cell]]
 
@@ -161,18 +162,26 @@ ARRAY_TEMPLATE = """\
 #SBATCH --signal=USR1@120
 #SBATCH --requeue
 #SBATCH --open-mode=append
-#SBATCH --output={outdir}/slurm-%A_%a.out
+# the directory the config's paths are relative to, for the job and for its --output (which Slurm
+# opens before the script runs): the script may be submitted from any directory
+#SBATCH --chdir={workdir}
+#SBATCH --output={log}
 {extra}
 export OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 export HDF5_USE_FILE_LOCKING=FALSE
 # node-local; ordersim creates it (mode 0700) and refuses one that is not private
 export NUMBA_CACHE_DIR="${{TMPDIR:-/tmp}}/ordersim-numba-$SLURM_JOB_ID"
-cd {workdir}
+export PYTHONUNBUFFERED=1
+echo "array task ${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}} on ${{SLURM_JOB_NODELIST}}, restart ${{SLURM_RESTART_COUNT:-0}}"
 # Slurm sends USR1 to the ranks 120 s before the time limit (SIGTERM on preemption): ordersim
-# checkpoints at the next epoch boundary and exits 3; the task is requeued and --resume goes on.
+# checkpoints at the next epoch boundary and exits 3; the task is requeued and --resume goes on
+# (export ORDERSIM_NO_REQUEUE=1 before sbatch to resubmit by hand instead).
 srun --mpi=pmi2 {python} -m ordersim run {config}{flags} --cell "$SLURM_ARRAY_TASK_ID" --resume
 status=$?
-if [ "$status" -eq 3 ]; then scontrol requeue "${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"; fi
+if [ "$status" -eq 3 ] && [ -z "${{ORDERSIM_NO_REQUEUE:-}}" ]; then
+    echo "checkpointed: requeueing ${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"
+    scontrol requeue "${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"
+fi
 exit "$status"
 """
 
@@ -183,6 +192,7 @@ def write_array_script(path: str, config_path: str, flags: list[str], count: int
     text = ARRAY_TEMPLATE.format(config=shlex.quote(config_path), count=count, last=count - 1,
                                  flags="".join(" " + shlex.quote(flag) for flag in flags),
                                  ntasks=ntasks, time=time_limit, outdir=out_dir, extra=extra,
+                                 log=shlex.quote(os.path.join(out_dir, "slurm-%A_%a.out")),
                                  workdir=shlex.quote(os.getcwd()), python=shlex.quote(sys.executable))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(out_dir).mkdir(parents=True, exist_ok=True)  # Slurm does not create --output directories

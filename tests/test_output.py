@@ -231,6 +231,62 @@ def test_write_array_passes_the_flags_on_to_every_task(tmp_path):
     assert " --lr 0.5 " in srun and " --no-standardize " in srun
 
 
+def sbatch_directives(script) -> dict:
+    """The options of a job script's #SBATCH lines, read as sbatch reads them (up to the first
+    command; the values split like shell words)."""
+    import shlex
+
+    options = {}
+    for line in script.read_text().splitlines()[1:]:
+        if line.strip() and not line.startswith("#"):
+            break
+        if line.startswith("#SBATCH "):
+            name, _, value = shlex.split(line[len("#SBATCH "):])[0].partition("=")
+            options[name] = value
+    return options
+
+
+STUB = """#!/bin/sh
+echo "$(basename "$0") $* in $(pwd)" >> "{calls}"
+{exit}
+"""
+
+
+def test_write_array_script_runs_from_any_submit_directory_and_requeues_as_documented(tmp_path):
+    """The job array from --write-array, submitted from another directory and run as Slurm would
+    (its --chdir, its --output opened there before the script starts, srun and scontrol stubs; the
+    cell's srun exits 3, a checkpoint): the log's directory exists, the cell runs in the directory
+    its config's paths are relative to, and the task is requeued unless ORDERSIM_NO_REQUEUE is set
+    (docs/cluster.md §5)."""
+    project, elsewhere, bin_dir = tmp_path / "project", tmp_path / "elsewhere", tmp_path / "bin"
+    for directory in (project, elsewhere, bin_dir):
+        directory.mkdir()
+    (project / "sweep.toml").write_text(SWEEP.format(out="results/cells.h5"))
+    result = subprocess.run([sys.executable, "-m", "ordersim", "sweep", "sweep.toml", "--write-array",
+                             "array.sbatch"], cwd=project, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    options = sbatch_directives(project / "array.sbatch")
+    workdir = elsewhere / options.get("--chdir", ".")  # sbatch run from `elsewhere`
+    assert workdir.resolve() == project.resolve(), options
+    assert (workdir / options["--output"]).parent.is_dir(), options  # Slurm does not create it
+    calls = tmp_path / "calls"
+    for name, code in (("srun", "exit 3"), ("scontrol", "")):
+        (bin_dir / name).write_text(STUB.format(calls=calls, exit=code))
+        (bin_dir / name).chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_ARRAY_JOB_ID="77",
+               SLURM_ARRAY_TASK_ID="2", SLURM_JOB_ID="79", SLURM_JOB_NODELIST="node1")
+    for no_requeue in ("", "1"):
+        calls.write_text("")
+        task = subprocess.run(["bash", str(project / "array.sbatch")], cwd=workdir, capture_output=True,
+                              text=True, timeout=60, env=dict(env, ORDERSIM_NO_REQUEUE=no_requeue))
+        assert task.returncode == 3, task.stderr
+        assert "restart 0" in task.stdout, task.stdout
+        srun, *requeue = calls.read_text().splitlines()
+        assert srun.startswith("srun ") and "--cell 2 --resume" in srun, srun
+        assert srun.endswith(f" in {project.resolve()}"), srun
+        assert requeue == ([] if no_requeue else [f"scontrol requeue 77_2 in {project.resolve()}"])
+
+
 # -- merge --------------------------------------------------------------------------------------
 
 
@@ -336,11 +392,14 @@ def test_sweep_writes_no_array_script_over_the_config_or_another_file(tmp_path):
                    "--slurm-partition")
 
 
-def test_a_job_array_task_id_that_is_no_index_is_one_line(tmp_path):
+@pytest.mark.parametrize("task, words", [("abc", ["SLURM_ARRAY_TASK_ID 'abc'"]),
+                                         ("4", ["SLURM_ARRAY_TASK_ID 4 is out of range", "4 cells"])])
+def test_a_job_array_task_id_that_is_no_index_is_one_line(tmp_path, task, words):
+    """The error names SLURM_ARRAY_TASK_ID, which the task set, not --cell, which it did not."""
     config = tmp_path / "sweep.toml"
     config.write_text(SWEEP.format(out=tmp_path / "cells.h5"))
-    result = run_serial(["run", str(config)], env={"SLURM_ARRAY_TASK_ID": "abc"}, timeout=60)
-    one_line_error(result, "SLURM_ARRAY_TASK_ID 'abc'", "0..3")
+    result = run_serial(["run", str(config)], env={"SLURM_ARRAY_TASK_ID": task}, timeout=60)
+    one_line_error(result, *words, "0..3")
 
 
 def test_a_config_that_is_not_utf8_text_is_one_line(tmp_path):
