@@ -50,14 +50,24 @@ def time_column(df) -> tuple[str, str]:
     return "wall_time", "wall-clock time (s, measurements included)"
 
 
+def present_metrics(df, names) -> list[str]:
+    """The metrics of ``names`` that some run of ``df`` has."""
+    return [m for m in names if m in df and df[m].notna().any()]
+
+
+def has_sim_time(df) -> bool:
+    """Whether some run of ``df`` has a straggler model's simulated time."""
+    return "sim_time" in df and df["sim_time"].notna().any()
+
+
 def figures(df, band_kind="minmax", names=DEFAULT_METRICS, x_axes=None) -> dict:
     """{figure name: Figure}; x_axes: names from X_AXES (None: epochs, time, and sim_time when the
     files have it). One line per (orderer, configuration): the orderer's colour, shaded by the
     configuration (m, n, b, lr, ...) when the files differ in it, with a grey scale saying which."""
-    metrics = [(m, *LABELS[m]) for m in names if m in df and df[m].notna().any()]
+    metrics = [(m, *LABELS[m]) for m in present_metrics(df, names)]
     if not metrics:
         raise SystemExit(f"convergence: none of {', '.join(names)} in the files")
-    has_sim = "sim_time" in df and df["sim_time"].notna().any()
+    has_sim = has_sim_time(df)
     if x_axes is None:
         x_axes = ["epochs", "time"] + (["sim_time"] if has_sim else [])
     elif "sim_time" in x_axes and not has_sim:
@@ -113,7 +123,15 @@ def main(argv=None) -> int:
                         "without the measurements), sim_time (simulated time "
                         "of a straggler model); default: epochs and time, plus sim_time when present")
     args = style.parse(p, argv)
-    plot(style.load(args.files), args.out, args.band, args.metrics, args.x)
+    df = style.load(args.files)
+    # values the files cannot have: a usage error (exit 2) before anything is drawn
+    if not present_metrics(df, args.metrics):
+        p.error(f"argument --metrics: {', '.join(map(repr, args.metrics))} not in the files; allowed: the "
+                f"metrics they have: {', '.join(present_metrics(df, LABELS))}")
+    if "sim_time" in (args.x or ()) and not has_sim_time(df):
+        p.error("argument --x: 'sim_time' is not allowed; allowed: epochs, time (no run in the files has a "
+                "straggler model, so none has a simulated time)")
+    plot(df, args.out, args.band, args.metrics, args.x)
     return 0
 
 

@@ -73,7 +73,7 @@ def main(argv=None) -> int:
                      files_type=style.hdf5_file)
     p.add_argument("--linear", action="store_true", help="linear y axis instead of log")
     args = style.parse(p, argv)
-    df = load_herding_sim(args.files)
+    df = style.read_with_plain_warnings(load_herding_sim, args.files)
     style.print_code_states(df)
     plot(df, args.out, args.band, log=not args.linear)
     return 0

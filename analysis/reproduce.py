@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ordersim.checkpoint import EXIT_CHECKPOINTED
+from ordersim.config import OneLineParser
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "runs" / "papers"
@@ -415,8 +416,8 @@ CHECKS = {"scaling": scaling, "grab_mnist": grab_mnist, "cdgrab_logreg": cdgrab_
 def parser() -> argparse.ArgumentParser:
     from ordersim.analysis import style  # its argument types: checked before anything runs
 
-    p = argparse.ArgumentParser(prog="python -m ordersim reproduce", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="python -m ordersim reproduce", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("names", nargs="*", metavar="NAME", help=f"experiments (default: all): {', '.join(EXPERIMENTS)}")
     p.add_argument("--quick", action="store_true", help="the configs' [quick] size (CI), into results/papers/quick/")
     p.add_argument("--figures", type=style.out_dir, default=None, metavar="DIR",

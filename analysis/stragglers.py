@@ -212,7 +212,7 @@ def main(argv=None) -> int:
     p.add_argument("--orderers", nargs="+", default=None, metavar="NAME",
                    help="orderers to draw (default: every orderer in the files, one line style each)")
     p.add_argument("--target", type=float, default=1e-3, metavar="VALUE",
-                   help="the metric value whose first simulated time the final table reports (default 1e-3)")
+                   help="the metric value whose first simulated time the final table reports")
     args = style.parse(p, argv)
     df = style.load(args.files)
     times = step_times(args.files)

@@ -492,8 +492,11 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def base_parser(module: str, doc: str) -> argparse.ArgumentParser:
-    """An ArgumentParser named ``python -m MODULE`` whose description is the module docstring."""
-    return argparse.ArgumentParser(prog=f"python -m {module}", description=doc, formatter_class=HelpFormatter)
+    """An ArgumentParser named ``python -m MODULE`` whose description is the module docstring and
+    whose usage errors are one line (the simulator's)."""
+    from ordersim.config import OneLineParser
+
+    return OneLineParser(prog=f"python -m {module}", description=doc, formatter_class=HelpFormatter)
 
 
 def _file_argument(check, path: str) -> str:
@@ -564,13 +567,20 @@ def parse(p: argparse.ArgumentParser, argv):
     return args
 
 
-def load(files) -> "pandas.DataFrame":  # noqa: F821
-    """load_runs plus a ``label`` column: the orderer, and the configuration values that vary."""
+def read_with_plain_warnings(read, files) -> "pandas.DataFrame":  # noqa: F821
+    """``read(files)``, its warnings printed as one plain line each on stderr, not the warnings
+    module's source excerpt."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TraceWarning)
-        df = load_runs(files)
-    for w in caught:  # one plain line each on stderr, not the warnings module's source excerpt
+        df = read(files)
+    for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
+    return df
+
+
+def load(files) -> "pandas.DataFrame":  # noqa: F821
+    """load_runs plus a ``label`` column: the orderer, and the configuration values that vary."""
+    df = read_with_plain_warnings(load_runs, files)
     print_code_states(df)
     return with_labels(df)
 

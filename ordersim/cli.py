@@ -68,7 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     module, function, _ = COMMANDS[argv[0]]
     try:
         if argv[0] != "run":
-            return getattr(importlib.import_module(module), function)(argv[1:])
+            try:
+                status = getattr(importlib.import_module(module), function)(argv[1:])
+                sys.stdout.flush()  # a reader that left early (`| head`) shows here, not at the exit
+                return status
+            except BrokenPipeError:  # the rest of the output is not wanted: no traceback
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit flushes again
+                return 1
         from ordersim.checkpoint import StdoutWatch, stop_request  # light: signal, os, pickle
 
         # SIGTERM/SIGUSR1/SIGINT handled from before the heavy imports (NumPy, Numba, MPI: seconds)

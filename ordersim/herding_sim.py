@@ -19,6 +19,7 @@ import numpy as np
 from numba import njit
 
 from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
+from ordersim.config import OneLineParser
 from ordersim.data import check_fits_in_memory
 from ordersim.metrics import parallel_herding
 from ordersim.orderers import available_orderers, make_orderer, orderer_class
@@ -159,16 +160,9 @@ def run(workers, examples, dim=16, rounds=15, orderers=PAPER_ORDERERS, seed=0, b
 PROG = "python -m ordersim herding-sim"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors and exit code 2."""
-
-    def error(self, message):
-        self.exit(2, f"{PROG}: error: {message} (see --help)\n")
-
-
 def _parser() -> argparse.ArgumentParser:
     names = ", ".join(supported_orderers())
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(

@@ -2,6 +2,14 @@
 registries of ordersim.registry: built-ins, installed packages' entry points)."""
 
 
+def _parse(command: str, argv: list[str]) -> None:
+    """--help, and a one-line error (exit 2) for any other argument: a listing takes none."""
+    from ordersim.cli import COMMANDS
+    from ordersim.config import OneLineParser
+
+    OneLineParser(prog=f"python -m ordersim {command}", description=COMMANDS[command][2]).parse_args(argv)
+
+
 def _print(entries: dict) -> int:
     width = max(map(len, entries))
     for name, description in entries.items():
@@ -10,12 +18,14 @@ def _print(entries: dict) -> int:
 
 
 def orderers(argv: list[str]) -> int:
+    _parse("orderers", argv)
     from ordersim.orderers import ORDERERS
 
     return _print(ORDERERS.descriptions())
 
 
 def problems(argv: list[str]) -> int:
+    _parse("problems", argv)
     from ordersim.data import DATA_SOURCES
     from ordersim.problems import PROBLEMS
 
@@ -25,6 +35,7 @@ def problems(argv: list[str]) -> int:
 
 
 def measurements(argv: list[str]) -> int:
+    _parse("measurements", argv)
     from ordersim.measurements import MEASUREMENTS
 
     _print({name: f"{cls.description} [{', '.join(dataset.name for dataset in cls.datasets)}]"

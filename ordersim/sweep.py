@@ -34,8 +34,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ordersim.config import (FIELDS, ConfigError, add_arguments, build_config, check_fields, flags_for,
-                             overrides_from_args, read_toml)
+from ordersim.config import (FIELDS, ConfigError, OneLineParser, add_arguments, build_config, check_fields,
+                             flags_for, overrides_from_args, read_toml)
 
 
 def quick_values(raw: dict, path: str, quick: bool, fields=FIELDS) -> dict:
@@ -200,8 +200,8 @@ def write_array_script(path: str, config_path: str, flags: list[str], count: int
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m ordersim sweep", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="python -m ordersim sweep", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", help="TOML config with a [sweep] table")
     p.add_argument("--write-array", metavar="FILE", help="write a Slurm job-array script to FILE")
     p.add_argument("--ntasks", type=int, default=1,
@@ -275,16 +275,16 @@ def array_script_error(path: str, config_path: str) -> str | None:
 
 
 def merge_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m ordersim merge",
-                                description="Join trace files (e.g. a sweep's cells) into one tidy "
-                                            "table: one row per (file, run, measured epoch), the run "
-                                            "attributes and every config field that differs among "
-                                            "the files (a sweep's axes) as columns. "
-                                            "A file that is missing or not a readable ordersim trace "
-                                            "stops the merge (exit 2). Files that are cells of one "
-                                            "sweep (their traces record the cell's index and the "
-                                            "sweep's cell count) are checked for missing cells: the "
-                                            "merge goes on with a warning naming them.")
+    p = OneLineParser(prog="python -m ordersim merge",
+                      description="Join trace files (e.g. a sweep's cells) into one tidy "
+                      "table: one row per (file, run, measured epoch), the run "
+                      "attributes and every config field that differs among "
+                      "the files (a sweep's axes) as columns. "
+                      "A file that is missing or not a readable ordersim trace "
+                      "stops the merge (exit 2). Files that are cells of one "
+                      "sweep (their traces record the cell's index and the "
+                      "sweep's cell count) are checked for missing cells: the "
+                      "merge goes on with a warning naming them.")
     p.add_argument("files", nargs="+", help="trace files (HDF5)")
     p.add_argument("--out", required=True,
                    help="output table, its format from the extension: .csv, or .parquet (needs pyarrow); "

@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import replace
 
-from ordersim.config import ConfigError, add_arguments, build_config, overrides_from_args
+from ordersim.config import ConfigError, OneLineParser, add_arguments, build_config, overrides_from_args
 from ordersim.sweep import config_cells
 
 # stand-in data for each label kind: features = 4 (+ the intercept); rows set per config
@@ -137,8 +137,8 @@ def warm_node_first(config, backend) -> None:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m ordersim warm", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="python -m ordersim warm", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", nargs="?", help="TOML experiment config (default: the built-in one)")
     add_arguments(p)
     args = p.parse_args(argv)

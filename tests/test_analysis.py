@@ -387,7 +387,8 @@ def test_fit_options_outside_their_domain_are_refused_in_one_line(module, tmp_pa
             quiet(module.main, [*paths, *out, *option])
         assert stop.value.code == 2, option
         err = capsys.readouterr().err.strip().splitlines()
-        assert err[-1].startswith(f"python -m {module.__name__}: error: ") and why in err[-1], (option, err)
+        assert len(err) == 1 and err[0].startswith(f"python -m {module.__name__}: error: ") and why in err[0], \
+            (option, err)
     assert not (tmp_path / "figures").exists()
     assert quiet(module.main, [*files, *out, "--epoch", "3", "--level", "0.9"]) == 0
 
@@ -429,6 +430,15 @@ def test_herding_sim_script(tmp_path):
     written(tmp_path, "herding_sim")
 
 
+def test_herding_sim_script_says_it_skips_a_run_trace_in_one_plain_line(tmp_path, capsys):
+    """The warning came as the warnings module's source excerpt (a path, a line number, the code
+    line); like every script's, it is one plain line on stderr."""
+    trace, sim = write_trace(tmp_path / "trace.h5"), herding_sim_file(tmp_path / "sim.h5")
+    assert herding_sim.main([str(trace), str(sim), "--out", str(tmp_path), "--dpi", "80"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: file {trace} is not a herding-sim file (root attribute experiment = None); skipped"]
+
+
 @pytest.mark.parametrize("module", [convergence, herding, scaling, stragglers, herding_sim, fit])
 def test_scripts_refuse_a_file_they_cannot_read_in_one_line(module, tmp_path, capsys):
     """A missing file, a directory, a file that is not HDF5, and the other kind of ordersim file
@@ -448,7 +458,8 @@ def test_scripts_refuse_a_file_they_cannot_read_in_one_line(module, tmp_path, ca
             module.main([str(path), *out])
         assert stop.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert err[-1] == f"python -m {module.__name__}: error: argument FILE.h5: {str(path)!r} {why}", err
+        assert len(err) == 1, err
+        assert err[0].startswith(f"python -m {module.__name__}: error: argument FILE.h5: {str(path)!r} {why}"), err
     assert not (tmp_path / "figures").exists()
 
 
@@ -480,11 +491,13 @@ def test_reproduce_checks_dpi_before_running(capsys):
 
 
 def test_scripts_explain_every_option(capsys):
-    for module in (convergence, herding, scaling, herding_sim, fit):
+    for module in (convergence, herding, scaling, stragglers, herding_sim, fit):
         with pytest.raises(SystemExit):
             module.main(["--help"])
         text = capsys.readouterr().out
         assert "FILE.h5" in text and "--out" in text, module.__name__
+        # each default said once (stragglers' --target said "(default 1e-3) (default: 0.001)")
+        assert not re.search(r"\(default[^)]*\) \(default", " ".join(text.split())), module.__name__
 
 
 def test_sweep_over_m_on_a_fixed_dataset_is_used_with_a_note(tmp_path):
@@ -495,6 +508,17 @@ def test_sweep_over_m_on_a_fixed_dataset_is_used_with_a_note(tmp_path):
     assert (result.cells == 3).all() and (result.floor == "-").all()
     assert (result.exponent.abs() < 0.1).all()
     assert any("does not hold examples_per_worker fixed" in note for note in notes)
+
+
+def test_a_sweep_over_m_at_fixed_n_spans_data_specs_as_documented(tmp_path):
+    """Each m draws its own m*n examples (its own data spec), and the fit takes them as one sweep;
+    docs/analysis.md said the runs of a sweep agree in data too."""
+    files = [write_trace(tmp_path / f"m{m}.h5", workers=m, data=f"synthetic:regression?n={8 * m}")
+             for m in (2, 4, 8)]
+    result, *_ = quiet(fit.table, quiet(load_runs, files))
+    assert (result[result.variable == "m"].cells == 3).all()
+    doc = " ".join((Path(__file__).parents[1] / "docs" / "analysis.md").read_text().split())
+    assert "the runs whose n, b, lr and problem agree" in doc and "the data spec may differ" in doc
 
 
 def test_herding_sim_loader_reads_every_cell(tmp_path):

@@ -43,9 +43,18 @@ def test_convergence_against_simulated_time(traces, tmp_path):
     assert not (tmp_path / "convergence_epochs.png").exists()
 
 
-def test_convergence_sim_time_needs_straggler_traces(plain, tmp_path):
-    with pytest.raises(SystemExit, match="sim_time"):
-        convergence.main([plain, "--out", str(tmp_path), "--x", "sim_time"])
+def test_convergence_sim_time_needs_straggler_traces(plain, tmp_path, capsys):
+    """An option value the files cannot have (--x sim_time without a straggler run, --metrics none
+    of which the files hold) is argparse's one-line error, exit 2, as documented (it was exit 1)."""
+    for option, why in ((["--x", "sim_time"], "argument --x: 'sim_time' is not allowed; allowed: epochs, time"),
+                        (["--metrics", "test_accuracy", "test_loss"],
+                         "argument --metrics: 'test_accuracy', 'test_loss' not in the files; allowed: the "
+                         "metrics they have: train_loss, suboptimality, grad_norm")):
+        with pytest.raises(SystemExit) as stop:
+            convergence.main([plain, "--out", str(tmp_path), *option])
+        assert stop.value.code == 2
+        assert f"python -m ordersim.analysis.convergence: error: {why}" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
     assert convergence.main([plain, "--out", str(tmp_path), "--dpi", "60"]) == 0  # default: no sim_time
     assert not (tmp_path / "convergence_sim_time.png").exists()
 
@@ -105,8 +114,9 @@ def test_stragglers_refuses_an_orderer_not_in_the_files_in_one_line(traces, tmp_
             stragglers.main([*traces[:2], "--out", str(tmp_path / "figures"), "--orderers", *names])
         assert stop.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert err[-1] == (f"python -m ordersim.analysis.stragglers: error: argument --orderers: {bad} not "
-                           "allowed; allowed: the orderers of the runs with a straggler model: rr, cd-grab"), err
+        assert len(err) == 1 and err[0].startswith(
+            f"python -m ordersim.analysis.stragglers: error: argument --orderers: {bad} not allowed; allowed: "
+            "the orderers of the runs with a straggler model: rr, cd-grab"), err
     assert not (tmp_path / "figures").exists()
 
 

@@ -1,8 +1,35 @@
 """ordersim/cli.py: the command dispatch."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
-from conftest import run_mpi
+from conftest import ROOT, run_mpi
+from ordersim.cli import COMMANDS
+
+
+def ordersim(args, cwd):
+    return subprocess.run([sys.executable, "-m", "ordersim", *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_has_help_and_refuses_a_misspelled_option_in_one_line(command, tmp_path):
+    """`orderers --help` printed the listing (and `orderers --bogus` was ignored); sweep and warm,
+    which take every config flag, printed 35 lines of usage above the error: now --help explains
+    each command and a misspelled option is one line naming it, exit 2, as for `run`."""
+    prog = f"python -m ordersim {'[run]' if command == 'run' else command}"
+    result = ordersim([command, "--help"], cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.startswith(f"usage: {prog} "), result.stdout
+    required = {"sweep": ["sweep.toml"], "merge": ["cell.h5", "--out", "table.csv"]}.get(command, [])
+    result = ordersim([command, *required, "--bogus"], cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"{prog}: error: unrecognized arguments: --bogus"), line
+    assert line.endswith("(--help explains every option)")
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.mpi
@@ -27,3 +54,14 @@ def test_a_one_process_command_runs_under_one_rank(tmp_path):
                          "--rounds", "1", "--out", str(out)], timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert out.exists()
+
+
+@pytest.mark.parametrize("command", [["orderers"], ["sweep", str(ROOT / "runs" / "stragglers.toml")]])
+def test_a_listing_piped_into_a_reader_that_stops_early_ends_without_a_traceback(command, tmp_path):
+    """`python -m ordersim sweep CONFIG | head` ended in a BrokenPipeError traceback."""
+    process = subprocess.Popen([sys.executable, "-m", "ordersim", *command], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                               env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    process.stdout.close()  # before the command writes: every write finds the pipe closed
+    stderr = process.stderr.read()
+    assert process.wait(timeout=120) == 1 and stderr == ""
