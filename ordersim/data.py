@@ -310,7 +310,10 @@ def _mnist1d():
 
 def _require_file(source: str, path: str) -> None:
     if not os.path.isfile(path):
-        raise ValueError(f"{source} file {path!r} does not exist")
+        # a config's relative data path (runs/papers/*.toml: data/w8a.gz) is not read from beside
+        # the config: say where it was looked for
+        where = "" if os.path.isabs(path) else f" in {os.getcwd()!r}, where relative paths start"
+        raise ValueError(f"{source} file {path!r} does not exist{where}")
 
 
 class NpzRows:

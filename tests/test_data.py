@@ -432,6 +432,16 @@ def test_bad_specs(spec, pattern):
     one_line(info)
 
 
+def test_a_missing_relative_data_file_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    """runs/papers/rr_w8a.toml's libsvm:data/w8a.gz, run from outside the repository, said only that
+    the file does not exist; relative paths start in the current directory, not at the config."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as info:
+        load_dataset("libsvm:data/w8a.gz")
+    assert str(info.value) == (f"libsvm file 'data/w8a.gz' does not exist in {str(tmp_path)!r}, where "
+                               f"relative paths start")
+
+
 def test_bad_load_options():
     with pytest.raises(ValueError, match="label_kind must be one of binary, multiclass, real"):
         load_dataset("sklearn:iris", label_kind="ordinal")
