@@ -104,6 +104,11 @@ class StopRequest:
     def requested(self) -> bool:
         return self.signal_name is not None
 
+    @property
+    def cause(self) -> str:
+        """What stopped the run, for its last line (under MPI this rank may have had no signal)."""
+        return self.signal_name or "a signal to another rank"
+
     def ignore_from_now(self) -> None:
         """Ignore the signals from here to the exit, whose code is decided: the interpreter's
         shutdown would otherwise restore their default action, and a repeated SIGTERM during it

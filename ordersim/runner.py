@@ -185,10 +185,9 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
     except StoppedInSetup as phase:
         backend.close()
         if rank == 0:
-            print(f"ordersim: stopped by {stop.signal_name or 'a signal to another rank'} during the "
-                  f"set-up ({phase}), before the first epoch: no checkpoint written; --resume starts "
-                  f"from the beginning, or from the checkpoint a previous attempt left "
-                  f"(exit {EXIT_CHECKPOINTED})", file=sys.stderr, flush=True)
+            print(f"ordersim: stopped by {stop.cause} during the set-up ({phase}), before the first "
+                  f"epoch: no checkpoint written; --resume starts from the beginning, or from the "
+                  f"checkpoint a previous attempt left (exit {EXIT_CHECKPOINTED})", file=sys.stderr, flush=True)
         return EXIT_CHECKPOINTED
     if rank == 0 and setup.dropped:
         print(f"ordersim: warning: dropped {setup.dropped} training examples so that each of the "
@@ -213,7 +212,7 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
         backend.close()
         if rank == 0:
             # --out named: without it a new run would write a new timestamped file
-            print(f"ordersim: stopped by a signal; checkpoint {stopped}; trace {out}; continue with "
+            print(f"ordersim: stopped by {stop.cause}; checkpoint {stopped}; trace {out}; continue with "
                   f"the same command and --resume --out {shlex.quote(out)} (exit {EXIT_CHECKPOINTED})",
                   file=sys.stderr, flush=True)
         return EXIT_CHECKPOINTED

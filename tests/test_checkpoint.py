@@ -60,6 +60,7 @@ def test_resumed_run_is_bitwise_identical_to_uninterrupted(uninterrupted, tmp_pa
         code, err = stop_after(command + (["--resume"] if i else []), marker, sig)
         assert code == checkpoint.EXIT_CHECKPOINTED, err
         assert f"--resume --out {out}" in err, err  # the message names the file to resume
+        assert f"ordersim: stopped by {sig.name}; checkpoint " in err, err
         assert ("Ctrl-C again to stop now" in err) == (sig == signal.SIGINT), err
         assert os.path.exists(checkpoint.checkpoint_path(str(out)))
         with open_when_released(out) as f:  # the trace holds every completed epoch meanwhile
