@@ -219,10 +219,11 @@ def theory_regime(config: Config, setup: Setup, orderer: str) -> dict:
                                                  config.epochs, config.batch, config.momentum))
 
 
-def warn_regime(config: Config, backend, regimes: dict) -> None:
+def warn_regime(backend, regimes: dict) -> None:
     """One line on stderr (rank 0) naming the orderers whose runs leave the analyses' regime, for
-    the theory schedule (the one that claims the analyses' step; a constant step only records it)."""
-    line = regime.regime_warning(regimes) if config.schedule == "theory" else None
+    every schedule that records it (theory_regime): a constant step outside it must say so too, or
+    its rates read as the theorems'."""
+    line = regime.regime_warning(regimes)
     if backend.rank == 0 and line:
         print(line, file=sys.stderr, flush=True)
 
@@ -642,7 +643,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
     writer, run_id = open_trace(config, backend, setup, out, plan, resume, cell)
     constants = {k: v for k, v in setup.constants.items() if k != "x_star"}
     regimes = {name: theory_regime(config, setup, name) for name in config.orderers}
-    warn_regime(config, backend, regimes)
+    warn_regime(backend, regimes)
     # how often a run appends to its datasets, which sizes their chunks: every epoch (and the
     # start) for orders and steps, the measured epochs (0, K, 2K, ..., the last) for the rest
     appends = dict(appends=config.epochs + 1, measured=-(-config.epochs // config.measure_every) + 1)

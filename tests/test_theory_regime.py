@@ -75,6 +75,17 @@ def test_runs_record_the_regime_and_warn_once_outside_it(tmp_path):
         assert all(f[f"runs/{o}/seed_0"].attrs["in_regime"] for o in ("rr", "cd-grab"))
 
 
+def test_a_constant_step_outside_the_regime_warns_as_the_theory_schedule_does(tmp_path):
+    """A constant step recorded outside the regime said nothing in the run's output before: its
+    errors then read as the theorems'."""
+    out, result = trace_of(tmp_path, "constant", "--epochs", "2", "--schedule", "constant", "--lr", "0.5")
+    [warning] = [line for line in result.stderr.splitlines() if "outside the regime" in line]
+    with h5py.File(out) as f:
+        attrs = f["runs/rr/seed_0"].attrs
+        assert attrs["step_size"] == 0.5 and not attrs["in_regime"]
+        assert f"rr (alpha L_max n = {attrs['alpha_Lmax_n']:.3g}" in warning
+
+
 def test_trace_records_the_code_state(tmp_path):
     out, _ = trace_of(tmp_path, "provenance", "--epochs", "1")
     with h5py.File(out) as f:
