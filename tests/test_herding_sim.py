@@ -47,6 +47,34 @@ def test_balancing_orderers_end_far_below_random_reshuffling(small_runs):
         assert result["cd-grab"][-1] < result["cd-grab"][0] / 4
 
 
+def test_uncoordinated_balancers_degrade_with_m_while_the_coordinated_ones_stay_flat():
+    """README, "The CD-GraB paper's random-vector experiment", at m*n = 2048 (measured: d-grab 1.6 ->
+    4.6-6.4 and d-grab-pair 2.1 -> 6.1-7.5 from m = 1 to 16; cd-grab 1.8-2.3 and cd-kh 5.9-8.7 at
+    every m; kh-sgd 7.5-8.7 and sbw 13.6-14.8 at m = 1)."""
+    for seed in (0, 1):
+        ends = {m: {name: values[-1] for name, values in run(m, 2048 // m, seed=seed, **SMALL, orderers=(
+            "d-grab", "d-grab-pair", "cd-grab", "cd-kh", *(("kh-sgd", "sbw") if m == 1 else ()))).items()}
+            for m in (1, 16)}
+        for name in ("d-grab", "d-grab-pair"):
+            assert ends[16][name] > 2 * ends[1][name], (seed, name, ends)
+        for name in ("cd-grab", "cd-kh"):
+            assert ends[16][name] < 1.5 * ends[1][name], (seed, name, ends)
+        # the randomized balancers stay above the greedy one, the walk's constant above kernel halving's
+        assert ends[1]["cd-grab"] < ends[1]["kh-sgd"] < ends[1]["sbw"], (seed, ends)
+        assert ends[16]["cd-grab"] < ends[16]["cd-kh"], (seed, ends)
+
+
+def test_random_orders_herding_grows_as_sqrt_n_and_balanced_orders_barely_grow():
+    """docs/algorithms.md, "Theory": Theta(sqrt n) for random orders, O~(1) for balanced ones; from n =
+    256 to 4096 sqrt n grows 4x and log n 1.5x (measured: rr and so 3.3-5x, grab and pair-grab 1.2-1.4x)."""
+    for seed in (0, 1):
+        small, large = (run(1, n, seed=seed, **SMALL, orderers=("rr", "so", "grab", "pair-grab")) for n in (256, 4096))
+        for name in ("rr", "so"):
+            assert 2.5 < large[name][-1] / small[name][-1] < 8, (seed, name)
+        for name in ("grab", "pair-grab"):
+            assert large[name][-1] / small[name][-1] < 2, (seed, name)
+
+
 def test_rr_rounds_are_fresh_random_permutations():
     m, n, rounds = 3, 50, 3
     values = run(m, n, dim=4, rounds=rounds, orderers=["rr"], seed=7)["rr"]

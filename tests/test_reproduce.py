@@ -131,3 +131,30 @@ def test_no_run_without_the_traces_says_which_and_how_to_make_them(tmp_path, cap
                                                f"are not there (e.g. {results}"), err
     assert err[0].endswith(f"run `python -m ordersim reproduce herding --quick --results {results}` first")
     assert not figures.exists()
+
+
+def test_inside_the_regime_cd_grabs_slope_in_m_is_still_steeper_than_rrs(tmp_path):
+    """README, "Regime": the scaling command at a T long enough for alpha L_max n <= 1 in every run
+    (T = 200), at a small size (m = 1, 4, 16 at n = 32, d = 5, 3 draws): every run is inside the
+    regime, and cd-grab's slope in m is still below rr's, the intervals apart (measured: cd-grab
+    -2.44 [-3.01, -1.86], rr -0.88 [-1.48, -0.28])."""
+    pytest.importorskip("pandas")
+    import h5py
+
+    from ordersim.analysis import fit, style
+
+    files = []
+    for m in (1, 4, 16):
+        out = tmp_path / f"m{m}"
+        result = subprocess.run([sys.executable, "-m", "ordersim", "run", str(config_path("scaling")),
+                                 "--workers", str(m), "--epochs", "200", "--measure-every", "200",
+                                 "--orderers", "rr", "cd-grab", "--data",
+                                 f"synthetic:regression?n={m * 32}&d=5&cond=10&noise=0.5", "--out", str(out)],
+                                cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0 and "outside the regime" not in result.stderr, result.stderr
+        files += sorted(out.glob("*.h5"))
+    for path in files:
+        with h5py.File(path) as f:
+            assert all(run.attrs["in_regime"] for seeds in f["runs"].values() for run in seeds.values())
+    rows = fit.table(style.load(files))[0].set_index("orderer")
+    assert rows.ci_high["cd-grab"] < rows.ci_low["rr"], rows
