@@ -147,7 +147,9 @@ def regime_lines(config, setup) -> list[str]:
                      f"{info['kappa']:.3g}, T/kappa = {info['T_over_kappa']:.3g}: "
                      f"{'inside' if info['in_regime'] else 'outside'} the PL analyses' regime "
                      f"(alpha L_max n <= 1 and T >= kappa, b = 1 without momentum)"
-                     + (f"; {info['outside_setting']}" if "outside_setting" in info else ""))
+                     + (f"; {info['outside_setting']}" if "outside_setting" in info else "")
+                     + (f"; lr caps the theory step {info['theory_step']:.4g}"
+                        if info.get("theory_step", 0) > info["step_size"] else ""))
     return lines
 
 

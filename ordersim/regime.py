@@ -68,3 +68,16 @@ def regime_warning(regimes: dict) -> str | None:
         return None
     return ("ordersim: warning: outside the regime of the PL analyses (alpha L_max n <= 1 and "
             "T >= kappa = L_max/mu): " + "; ".join(outside))
+
+
+def capped_warning(regimes: dict) -> str | None:
+    """One line naming the orderers whose theory step lr capped, or None: their runs stay inside
+    the assumptions (a smaller step) but not at the step whose bias term the rate is."""
+    capped = {name: info for name, info in regimes.items()
+              if info and info.get("theory_step", 0) > info["step_size"]}  # {}: no regime recorded
+    if not capped:
+        return None
+    step = next(iter(capped.values()))["step_size"]
+    return (f"ordersim: warning: lr = {step:.3g} caps the theory step of "
+            + ", ".join(f"{name} ({info['theory_step']:.3g})" for name, info in capped.items())
+            + ": their runs do not take the step the analyses' rate assumes (raise lr above it)")

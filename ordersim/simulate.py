@@ -215,17 +215,20 @@ def theory_regime(config: Config, setup: Setup, orderer: str) -> dict:
     if config.schedule not in ("theory", "constant") or not (mu or 0) > 0:
         return {}
     alpha = learning_rate(config, 0, setup, orderer)
-    return dict(step_size=alpha, **regime.regime(alpha, setup.constants, config.workers, setup.n,
-                                                 config.epochs, config.batch, config.momentum))
+    out = dict(step_size=alpha, **regime.regime(alpha, setup.constants, config.workers, setup.n,
+                                                config.epochs, config.batch, config.momentum))
+    if config.schedule == "theory":  # step_size is min(lr, theory_step): below it, not the analysed step
+        out["theory_step"] = regime.theory_step(orderer, config.workers, setup.n, config.epochs, mu)
+    return out
 
 
 def warn_regime(backend, regimes: dict) -> None:
     """One line on stderr (rank 0) naming the orderers whose runs leave the analyses' regime, for
     every schedule that records it (theory_regime): a constant step outside it must say so too, or
     its rates read as the theorems'."""
-    line = regime.regime_warning(regimes)
-    if backend.rank == 0 and line:
-        print(line, file=sys.stderr, flush=True)
+    for line in (regime.regime_warning(regimes), regime.capped_warning(regimes)):
+        if backend.rank == 0 and line:
+            print(line, file=sys.stderr, flush=True)
 
 
 def run_orderer(config: Config, backend, name: str, n: int, d: int, seed: int, linear: bool = False) -> tuple:

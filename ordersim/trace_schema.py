@@ -209,6 +209,8 @@ RUN_ATTRIBUTES = (
               "no momentum: a run with b > 1 or momentum is outside whatever its numbers)"),
     Attribute("outside_setting", "str", "with those, for a run with b > 1 or momentum: why it is outside the "
               "analyses' setting"),
+    Attribute("theory_step", "float", "with those, for the `theory` schedule: the analyses' step; `step_size` "
+              "is min(lr, theory_step), and below it the run does not take the step the rate assumes"),
     Attribute("straggler_model, straggler_params, coding", "str", "with a straggler model (`stragglers` set; "
               "[stragglers.md](stragglers.md)): its name, its parameters (a JSON object), and the coding "
               "scheme's name"),

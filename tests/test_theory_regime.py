@@ -75,6 +75,24 @@ def test_runs_record_the_regime_and_warn_once_outside_it(tmp_path):
         assert all(f[f"runs/{o}/seed_0"].attrs["in_regime"] for o in ("rr", "cd-grab"))
 
 
+def test_an_lr_below_the_theory_step_is_recorded_and_said(tmp_path):
+    """The theory schedule takes min(lr, theory step): a run capped by lr is inside the assumptions
+    (a smaller step) but not at the step the rate is proven at, which nothing said before."""
+    out, result = trace_of(tmp_path, "capped", "--epochs", "60", "--problem-options", '{"lam": 100}',
+                           "--measure-every", "60", "--lr", "1e-5")
+    [line] = [line for line in result.stderr.splitlines() if "caps the theory step" in line]
+    with h5py.File(out) as f:
+        for orderer in ("rr", "cd-grab"):
+            attrs = f[f"runs/{orderer}/seed_0"].attrs
+            assert attrs["step_size"] == 1e-5 < attrs["theory_step"] and attrs["in_regime"]
+            assert f"{orderer} ({attrs['theory_step']:.3g})" in line
+    out, result = trace_of(tmp_path, "uncapped", "--epochs", "2")  # lr 1: above the theory steps
+    assert "caps the theory step" not in result.stderr
+    with h5py.File(out) as f:
+        attrs = f["runs/rr/seed_0"].attrs
+        assert attrs["step_size"] == attrs["theory_step"]
+
+
 def test_a_constant_step_outside_the_regime_warns_as_the_theory_schedule_does(tmp_path):
     """A constant step recorded outside the regime said nothing in the run's output before: its
     errors then read as the theorems'."""
