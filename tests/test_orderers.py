@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ordersim.orderers import available_orderers, orderer_class
+from ordersim.orderers._state import StateLayout, observer
 # make_orderer: ordersim's, with the options some orderers require (kh-sgd's epochs) filled in
 from reference.orderers import (REFERENCES, drive, drive_pair_differences, herding, herding_reorder, lane_dot,
                                 make_orderer, required_options)
@@ -33,6 +34,11 @@ ORDERERS = sorted(available_orderers())
 EPOCHS = 4
 # Orders that are not permutations by design.
 NOT_PERMUTATIONS = {"wr"}
+
+
+@observer
+def observe_nothing(grads, state, start):
+    """The kernel of the tests' own gradient orderers, which need no state: observer counts."""
 
 
 def is_centralized(name):
@@ -460,6 +466,8 @@ def test_a_gradient_orderer_of_its_own_refuses_projection_and_group():
 
     class Reader(GradientOrderer):
         name = "reader"
+        state_layout = StateLayout()
+        kernel = observe_nothing
 
     for options in ({"group": 2}, {"projection": "sparse"}):
         with pytest.raises(ValueError, match=r"^reader: projection and group are options of the balancing orderers"):
@@ -495,12 +503,69 @@ def test_a_state_field_named_like_an_attribute_set_in_setup_is_refused_at_constr
     class Keeper(GradientOrderer):
         name = "keeper"
         state_layout = StateLayout(history=f64["m"])
+        kernel = observe_nothing
 
         def _setup(self):
             self.history = []
 
     with pytest.raises(TypeError, match=r"^keeper: state field\(s\) history would hide an attribute"):
         Keeper(1, 2, 1)
+
+
+# A plug-in gradient orderer with one mistake each, refused when its class is defined with one line
+# naming the orderer and what to set: without a state_layout the run segfaulted once it observed
+# (the kernel's accessors read another layout's slots); the kernel's mistakes were Numba's or an
+# AttributeError in the engine.
+GRADIENT_ORDERER_MISTAKES = [
+    ("kernel = record", r"orderer 'mistake' sets no state_layout; set it to the StateLayout its kernel's fields"),
+    ("state_layout = {'values': f64['m', 'n']}", r"orderer 'mistake' state_layout must be a StateLayout, got dict"),
+    ("state_layout = STATE", r"orderer 'mistake' defines no kernel; set kernel = staticmethod\(body\)"),
+    ("state_layout = STATE\n    kernel = staticmethod(njit(lambda grads, state, start: 0))",
+     r"orderer 'mistake' kernel\(grads, state, start\) does not take \(grads, state\)"),
+    pytest.param("state_layout = STATE\n    kernel = staticmethod(lambda grads, state: 0)",
+                 r"orderer 'mistake' kernel is not Numba-jitted \(function\); decorate its body with @observer",
+                 marks=pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="Numba is off")),
+]
+
+
+@pytest.mark.parametrize("line, message", GRADIENT_ORDERER_MISTAKES)
+def test_a_gradient_orderer_that_breaks_the_contract_is_one_line_when_its_file_loads(line, message, tmp_path):
+    from ordersim.config import Config, ConfigError, check_fields
+
+    path = tmp_path / "mistake.py"
+    path.write_text("from numba import njit\n\n"
+                    "from ordersim.orderers._state import GradientOrderer, StateLayout, f64, observer\n\n"
+                    "STATE = StateLayout(values=f64['m', 'n'])\n\n\n"
+                    "@observer\ndef record(grads, state, start):\n    pass\n\n\n"
+                    f"class Mistake(GradientOrderer):\n    name = 'mistake'\n    {line}\n")
+    with pytest.raises(ConfigError, match=r"^config field 'orderers': orderer file .* failed to import: TypeError: "
+                                          + message) as info:
+        check_fields(Config(orderers=[str(path)]), 1)
+    assert "\n" not in str(info.value)
+
+
+def test_an_observer_body_of_other_arguments_is_refused_when_decorated():
+    with pytest.raises(TypeError, match=r"^@observer: .*body\(grads, state\) must take the arguments "
+                                        r"\(grads, state, start\)$"):
+        @observer
+        def body(grads, state):
+            pass
+
+
+def test_a_state_dimension_that_is_no_attribute_is_one_line_naming_the_field():
+    from ordersim.orderers._state import GradientOrderer, f64
+
+    class Sized(GradientOrderer):
+        name = "sized"
+        state_layout = StateLayout(table=f64["m", "k"])
+        kernel = observe_nothing
+
+    with pytest.raises(TypeError, match=r"^sized: state field 'table' has the dimension 'k', which is no "
+                                        r"attribute of the orderer; allowed: 'm', 'n', 'd', an int, or an "
+                                        r"attribute set in _setup"):
+        Sized(1, 4, 2)
+    Sized.k = 3  # a class attribute is one
+    assert Sized(1, 4, 2).table.shape == (1, 3)
 
 
 def test_every_attribute_the_base_classes_set_is_declared():
@@ -510,6 +575,8 @@ def test_every_attribute_the_base_classes_set_is_declared():
 
     class Plain(GradientOrderer):
         name = "plain"
+        state_layout = StateLayout()
+        kernel = observe_nothing
 
     for o in (make_orderer("rr", 2, 4, 3), Plain(2, 4, 3)):
         declared = {key for klass in type(o).__mro__ for key in (*vars(klass), *vars(klass).get("__annotations__", {}))}
@@ -529,13 +596,20 @@ def test_balance_options_of_the_config():
 
 
 READER = """\
-from ordersim.orderers._state import GradientOrderer
+from ordersim.orderers._state import GradientOrderer, StateLayout, observer
+
+
+@observer
+def observe_nothing(grads, state, start):
+    pass
 
 
 class Reader(GradientOrderer):
     name = "reader"
     description = "reads the gradients, is no UnitOrderer, takes an option of its own"
     extra_options = ("stride",)
+    state_layout = StateLayout()
+    kernel = observe_nothing
 
     def __init__(self, *args, stride=1, **kwargs):
         self.stride = stride

@@ -34,10 +34,12 @@ arguments would cost more in dispatch than the balancing itself when a call carr
 """
 
 import hashlib
+import inspect
 import types as pytypes
 
 import numpy as np
 from numba import config, njit, types
+from numba.core.dispatcher import Dispatcher
 
 from ordersim import aligned
 from ordersim.declared_jit import njit_declared
@@ -130,9 +132,16 @@ class StateLayout:
 
     def shapes(self, orderer) -> dict[str, tuple[int, ...]]:
         """Every field's shape for this orderer (its dimension names resolved)."""
-        def size(dim):
-            return dim if isinstance(dim, int) else int(getattr(orderer, DIMENSIONS.get(dim, dim)))
-        return {name: tuple(size(dim) for dim in field.shape) for name, field in self.fields.items()}
+        def size(name, dim):
+            if isinstance(dim, int):
+                return dim
+            attribute = DIMENSIONS.get(dim, dim)
+            if not hasattr(orderer, attribute):
+                raise TypeError(f"{orderer.name}: state field {name!r} has the dimension {dim!r}, which is "
+                                f"no attribute of the orderer; allowed: 'm', 'n', 'd', an int, or an "
+                                f"attribute set in _setup (or a class attribute or property)")
+            return int(getattr(orderer, attribute))
+        return {name: tuple(size(name, dim) for dim in field.shape) for name, field in self.fields.items()}
 
     def digest(self, shapes) -> str:
         """What a checkpoint's state must match: every field's name, dtype and shape, in order."""
@@ -204,6 +213,11 @@ def observer(body):
     closure: Numba's cache cannot key a closure over a jitted function, and these kernels must
     load from the cache); the copy carries the body's name and file, so that Numba caches it
     beside the body's module and invalidates it with that file."""
+    try:  # a body of other arguments failed deep in Numba's inlining, naming neither
+        inspect.signature(body).bind("grads", "state", "start")
+    except TypeError:
+        raise TypeError(f"@observer: {body.__qualname__}{inspect.signature(body)} must take the "
+                        f"arguments (grads, state, start)") from None
     inner = njit(inline="always", error_model="numpy", _nrt=False)(body)
     code = _observed_kernel.__code__.replace(co_name=body.__name__, co_qualname=body.__qualname__,
                                              co_filename=body.__code__.co_filename,
@@ -227,7 +241,33 @@ class GradientOrderer(Orderer):
     def __init_subclass__(cls, **kwargs):
         # when the class is defined, so that a plug-in's file fails to load with this one line
         super().__init_subclass__(**kwargs)
-        cls._refuse_hidden_attributes(cls.name or cls.__qualname__, ())
+        name = cls.name or cls.__qualname__
+        if not isinstance(cls.state_layout, StateLayout):
+            raise TypeError(f"orderer {name!r} state_layout must be a StateLayout, got "
+                            f"{type(cls.state_layout).__name__}")
+        cls._refuse_hidden_attributes(name, ())
+        error = cls.name and cls._contract_error()  # an orderer, not an intermediate base class
+        if error:
+            raise TypeError(f"orderer {name!r} {error} (docs/adding.md, \"Orderers that read the gradients\")")
+
+    @classmethod
+    def _contract_error(cls) -> str | None:
+        """What breaks the contract: no layout of its own (the kernel's accessors would read another
+        layout's slots: a segfault once a run observed), or a kernel that is missing, not jitted
+        or not (grads, state)."""
+        if cls.state_layout is GradientOrderer.state_layout:
+            return "sets no state_layout; set it to the StateLayout its kernel's fields come from"
+        kernel = cls.kernel
+        if kernel is None:
+            return "defines no kernel; set kernel = staticmethod(body), body decorated with @observer"
+        if JITTED and not isinstance(kernel, Dispatcher):
+            return f"kernel is not Numba-jitted ({type(kernel).__name__}); decorate its body with @observer"
+        try:
+            inspect.signature(getattr(kernel, "py_func", kernel)).bind("grads", "state")
+        except TypeError:
+            return (f"kernel{inspect.signature(getattr(kernel, 'py_func', kernel))} does not take "
+                    f"(grads, state); decorate a body(grads, state, start) with @observer")
+        return None
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
