@@ -283,7 +283,7 @@ def minimize(problem, rows: WorkerRows, statistics: RowStatistics) -> tuple[np.n
 
     def hessian_at(x):  # v -> the mean over the workers of their shards' Hessian-vector products
         products = [problem.hessian_at(x, *rows.shard(w)) for w in range(rows.local)]
-        return lambda v: rows.mean(lambda w: products[w](v), d)
+        return lambda v: rows.mean(lambda w: hessian_product(problem, products[w], v), d)
 
     x0 = np.zeros(d)
     _, g0 = fg(x0)
@@ -336,10 +336,24 @@ def minimize(problem, rows: WorkerRows, statistics: RowStatistics) -> tuple[np.n
     return x, float(f), rel
 
 
+def hessian_product(problem, product, v) -> np.ndarray:
+    """product(v), a problem's Hessian-vector product, or a ValueError naming the hook when it is
+    not of v's shape (it failed as a broadcast deep in the worker gather)."""
+    value = np.asarray(product(v))
+    if value.shape != v.shape:
+        raise ValueError(f"{problem.name}: hessp(x, v, A, y) must return an array of v's shape {v.shape} "
+                         f"(the parameters), got shape {value.shape}")
+    return value
+
+
 def compute_constants(problem, rows: WorkerRows) -> dict:
     """The constants without any cache (see the module docstring)."""
     statistics = row_statistics(rows)
-    L, L_max, mu = (float(v) for v in problem.smoothness(statistics))
+    smoothness = problem.smoothness(statistics)
+    if np.shape(smoothness) != (3,):
+        raise ValueError(f"{problem.name}: smoothness(rows) must return (L, L_max, mu), three numbers (NaN "
+                         f"where unknown), got {smoothness!r}")
+    L, L_max, mu = (float(v) for v in smoothness)
     out = {"x_star": None, "f_star": math.nan, "L": L, "L_max": L_max, "mu": mu,
            "sigma2_star": math.nan, "zeta2_star": math.nan}
     if not problem.convex:

@@ -65,6 +65,23 @@ def kernel_contract_error(cls) -> str | None:
     return None
 
 
+def attribute_contract_error(cls) -> str | None:
+    """What breaks the contract of a problem class's attributes, or None; then its kernels'
+    (kernel_contract_error). Checked when the class is defined: a bad label_kind surfaced as an
+    error of the config's data field, a convex problem without hessp as a bare NotImplementedError
+    from the solver for x*."""
+    if cls.label_kind not in LABEL_KINDS:
+        return f"label_kind must be one of {', '.join(LABEL_KINDS)}, got {cls.label_kind!r}"
+    if not isinstance(cls.convex, bool):
+        return f"convex must be True or False, got {cls.convex!r}"
+    if not isinstance(cls.defaults, dict):
+        return f"defaults must be a dict of every option and its default, got {type(cls.defaults).__name__}"
+    if cls.convex and cls.hessp is Problem.hessp and cls.hessian_at is Problem.hessian_at:
+        return ("is convex but defines no hessp(x, v, A, y), which the solver for x* needs; define it or "
+                "set convex = False")
+    return kernel_contract_error(cls)
+
+
 def option_float(problem: str, name: str, value, low: float = 0.0, low_open: bool = False) -> float:
     """A finite float >= low (> low with low_open), or a one-line ValueError naming the option."""
     ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
@@ -116,7 +133,7 @@ class Problem:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if cls.name:  # a problem, not an intermediate base class
-            error = kernel_contract_error(cls)
+            error = attribute_contract_error(cls)
             if error:
                 raise TypeError(f"problem {cls.name!r} {error} (docs/problems.md, \"Adding a problem\")")
 
@@ -133,6 +150,9 @@ class Problem:
         resolved = dict(self.defaults)
         resolved.update(options)
         self.options = self.validate_options(resolved)
+        if not isinstance(self.options, dict):
+            raise ValueError(f"{self.name}: validate_options must return the options dict, got "
+                             f"{type(self.options).__name__}")
         self.dim = int(self.parameter_dim())
         self.params = np.ascontiguousarray(self.kernel_params(), dtype=np.float64)
 

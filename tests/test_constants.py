@@ -149,6 +149,35 @@ def test_bad_inputs():
         problem_constants(make_problem("softmax", data.features, 3), data, shards + 100, cache_dir=False)
 
 
+def test_a_problem_hook_of_the_wrong_shape_is_named():
+    """smoothness of two numbers and hessp of the wrong shape failed as an unpacking error and a
+    broadcast deep in the worker gather, naming neither the problem nor the hook."""
+    from ordersim.problems.least_squares import LeastSquares
+
+    class TwoNumbers(LeastSquares):
+        name = "two-numbers"
+
+        def smoothness(self, rows):
+            return super().smoothness(rows)[:2]
+
+    class ShortProduct(LeastSquares):
+        name = "short-product"
+
+        def hessp(self, x, v, A, y):
+            return super().hessp(x, v, A, y)[:-1]
+
+        def solve_exact(self, rows):
+            return None  # the solver's Newton-CG then calls hessp
+
+    data = load_dataset("synthetic:regression?n=40&d=3")
+    shards, _ = partition(data.y, 2)
+    for cls, message in ((TwoNumbers, r"^two-numbers: smoothness\(rows\) must return \(L, L_max, mu\), three numbers"),
+                         (ShortProduct, r"^short-product: hessp\(x, v, A, y\) must return an array of v's shape "
+                                        r"\(4,\) \(the parameters\), got shape \(3,\)$")):
+        with pytest.raises(ValueError, match=message):
+            problem_constants(cls(data.features), data, shards, cache_dir=False)
+
+
 def test_rows_of_avoids_copying_the_data_set_for_in_order_indices():
     A = np.arange(40.0).reshape(10, 4)
     for idx in (np.arange(10), np.arange(7), np.array([3, 1, 2]), np.array([0, 1, 3]), np.arange(0)):

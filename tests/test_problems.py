@@ -334,6 +334,45 @@ def test_a_problem_that_breaks_the_kernel_contract_is_one_line_before_any_data(l
     assert not (tmp_path / "x.h5").exists()
 
 
+# A plug-in problem whose attributes break the contract: one line when its file loads (a bad
+# label_kind was an error of the config's data field, a convex problem without hessp a bare
+# NotImplementedError from the solver for x* once the data were read).
+ATTRIBUTE_MISTAKES = [
+    ("label_kind = 'regression'", r"label_kind must be one of binary, multiclass, real, got 'regression'"),
+    ("convex = 'yes'", r"convex must be True or False, got 'yes'"),
+    ("defaults = ({'lam': 1e-3},)", r"defaults must be a dict of every option and its default, got tuple"),
+    ("hessp = Problem.hessp", r"is convex but defines no hessp\(x, v, A, y\), which the solver for x\* needs"),
+]
+
+
+@pytest.mark.parametrize("line, message", ATTRIBUTE_MISTAKES)
+def test_a_problem_whose_attributes_break_the_contract_is_one_line_when_its_file_loads(line, message, tmp_path):
+    from ordersim.config import Config, ConfigError, check_fields
+
+    plug_in = tmp_path / "broken.py"
+    plug_in.write_text("from ordersim.problems.base import Problem\n"
+                       "from ordersim.problems.least_squares import LeastSquares\n\n\n"
+                       f"class Broken(LeastSquares):\n    name = 'broken'\n    {line}\n")
+    with pytest.raises(ConfigError, match=r"^config field 'problem': problem file .* failed to import: "
+                                          rf"TypeError: problem 'broken' {message}") as info:
+        check_fields(Config(problem=str(plug_in)), 1)
+    assert "\n" not in str(info.value)
+
+
+def test_validate_options_that_returns_no_dict_is_named():
+    """It failed later, as a TypeError in kernel_params or wherever the options were read."""
+    from ordersim.problems.least_squares import LeastSquares
+
+    class Forgetful(LeastSquares):
+        name = "forgetful"
+
+        def validate_options(self, options):
+            super().validate_options(options)  # the options not returned
+
+    with pytest.raises(ValueError, match=r"^forgetful: validate_options must return the options dict, got NoneType$"):
+        Forgetful(3)
+
+
 def test_without_problem_options_a_run_takes_the_problem_s_own_defaults(tmp_path):
     """No problem_options given: the problem's own ``defaults`` apply and are recorded as the run's
     options (they were overridden by lam = 0.01, and a problem without lam was refused). The
