@@ -84,6 +84,7 @@ def main(argv=None):
             print(f"{epoch + 1:5d} " + "".join(f"{losses[epoch]:10.4f}" for _, losses, _ in rows))
         print("test accuracy " + "  ".join(f"{orderer} {accuracy:.3f}" for orderer, _, accuracy in rows))
     if dist.is_initialized():
+        dist.barrier()  # no rank tears gloo down while rank 0 prints: a peer gone aborted the others
         dist.destroy_process_group()
 
 

@@ -231,3 +231,30 @@ def test_the_readme_example_is_the_files_and_runs():
     assert losses[0, 0] == losses[0, 1], "the first epoch's order is the seed's for both"
     assert (losses[2] < losses[0]).all()
     assert lines[5].startswith("test accuracy rr ")
+
+
+def test_cd_grab_is_below_rr_at_every_epoch_in_the_4_worker_example():
+    """README: in `torchrun --standalone --nproc-per-node 4 examples/torch_mnist.py` (the mean of the
+    training loss over seeds 0-2) "from then on [after the first epoch, the same order for both]
+    cd-grab's loss is below rr's at every epoch". Run here at a small size: the same command on the
+    first 600 digits (480 for training, 120 per worker), 5 epochs, the example's 3 seeds (about 17 s).
+    Measured (the printed means): rr 2.2442 2.1662 2.0858 1.9980 1.9002, cd-grab 2.2442 2.1659 2.0853
+    1.9972 1.8995, i.e. cd-grab 0.013-0.04 % lower from epoch 2 on (on seeds 3-5, with
+    examples/torch_mnist.py's train(): 0.04-0.08 % lower). The gain is smaller than the spread between
+    seeds: per seed it does not hold (seed 2: cd-grab above rr at every epoch here; at the documented
+    size, 1437 digits, 3 of 6 seeds have cd-grab above rr at one of epochs 2-4, none from epoch 5 on).
+    Checked: epoch 1 equal, then cd-grab's printed mean strictly below rr's at every epoch; and every
+    rank exits 0 (without the barrier before destroy_process_group ranks aborted in gloo's teardown,
+    "terminate called without an active exception", in 5 of 7 runs)."""
+    epochs = 5
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+               "examples/torch_mnist.py", "--examples", "600", "--epochs", str(epochs)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == epochs + 3 and lines[-1].startswith("test accuracy rr "), result.stdout
+    assert lines[:2] == ["4 worker(s), 480 training digits, 3 seed(s): training loss", "epoch         rr   cd-grab"]
+    losses = np.array([[float(v) for v in line.split()[1:]] for line in lines[2:2 + epochs]])
+    assert losses[0, 0] == losses[0, 1], "the first epoch's order is the seed's for both"
+    assert (losses[1:, 1] < losses[1:, 0]).all(), losses
