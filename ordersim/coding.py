@@ -16,6 +16,9 @@ the update from the weights; tests/reference/coding.py replays the schemes with 
     # time: arrival time of the responder that completed decoding
     # responded: bool (n_w,), the messages that had arrived by then (ties included)
     scheme.step_times(arrivals)   # (T, n_w) -> (T,): the decode times of many steps at once
+    weights, times, responded = scheme.steps_weights(arrivals, first_step)
+    # steps first_step .. first_step+T-1 at once: (T, k, s+1), (T,), (T, n_w); bit for bit the
+    # stacked step_weights (vectorized over the steps for the built-in schemes)
 
 An exact scheme (``exact = True``) decodes Σ_j g_j itself, so training keeps the plain sum and only
 the clock runs; the others change the update (docs/stragglers.md). Schemes are found by name in
@@ -186,6 +189,58 @@ class Scheme:
         r = self.workers - self.s
         return np.partition(arrival, r - 1, axis=1)[:, r - 1]
 
+    def steps_weights(self, arrival: np.ndarray, first_step: int = 0):
+        """The decodes of steps first_step .. first_step+T-1 at once, from arrival (T, n_w):
+        (weights (T, k, s+1), times (T,), responded (T, n_w)), bit for bit ``step_weights`` of
+        every step stacked. Vectorized over the steps when the scheme's ``needed``,
+        ``coefficients`` and ``step_weights`` have batched counterparts (``_needed_batch``,
+        ``_coefficients_batch``, ``_weights_batch``) defined at least as far down the class
+        hierarchy as they are; otherwise (a user's scheme overriding one of them) a loop over
+        ``step_weights``."""
+        arrival = np.asarray(arrival, dtype=np.float64)
+        if arrival.ndim != 2 or arrival.shape[1] != self.workers or not np.all(arrival >= 0):
+            raise ValueError(f"{self.name}: arrival must be (T, {self.workers}) times >= 0, got "
+                             f"{arrival.shape}")
+        if not self._batched():
+            weights, times, responded = zip(*(self.step_weights(row, first_step + t)
+                                              for t, row in enumerate(arrival)))
+            return np.stack(weights), np.array(times, dtype=np.float64), np.stack(responded)
+        order = np.argsort(arrival, axis=1, kind="stable")
+        rank = np.empty_like(order)  # rank[t, i]: worker i's position in step t's arrival order
+        np.put_along_axis(rank, order, np.broadcast_to(np.arange(self.workers), order.shape), axis=1)
+        r = np.broadcast_to(self._needed_batch(rank), len(arrival))[:, None]  # (T, 1)
+        times = np.take_along_axis(arrival, np.take_along_axis(order, r - 1, axis=1), axis=1)[:, 0]
+        weights = self._weights_batch(self._coefficients_batch(rank, r), first_step)
+        return weights, times, arrival <= times[:, None]
+
+    def _batched(self) -> bool:
+        """Whether every per-step hook has its batched counterpart at or below it (steps_weights)."""
+        mro = type(self).__mro__
+
+        def owner(name):
+            return next(i for i, cls in enumerate(mro) if name in vars(cls))
+
+        return all(owner(batch) <= owner(hook) for hook, batch in (
+            ("needed", "_needed_batch"), ("coefficients", "_coefficients_batch"),
+            ("step_weights", "_weights_batch")))
+
+    def _needed_batch(self, rank):
+        """``needed`` of every step (an int, or (T,) ints), from rank (T, n_w)."""
+        return self.workers - self.s
+
+    def _coefficients_batch(self, rank, r):
+        """``coefficients`` of every step (T, n_w), r (T, 1): the first responders have rank < r."""
+        return np.where(rank < r, 1.0, 0.0)
+
+    def _weights_batch(self, a, first_step):
+        """``step_weights``' weights (T, k, s+1) from the coefficients a (T, n_w). ``a @ B`` is
+        evaluated once per distinct row of a, as the per-step decode does (a matrix product of
+        all rows could round differently)."""
+        distinct, inverse = np.unique(a, axis=0, return_inverse=True)
+        weights = np.zeros((len(a), self.k, self.s + 1))
+        weights[:, :, 0] = np.stack([row @ self.B for row in distinct])[inverse.reshape(-1)]
+        return weights
+
     def __repr__(self):
         return f"{type(self).__name__}(workers={self.workers}, s={self.s}, load={self.load})"
 
@@ -210,6 +265,9 @@ class IgnoreStragglers(Scheme):
         a = np.zeros(self.workers)
         a[first] = self.workers / len(first)
         return a
+
+    def _coefficients_batch(self, rank, r):
+        return np.where(rank < r, self.workers / r, 0.0)
 
 
 def _fr_matrix(workers, s):
@@ -264,6 +322,21 @@ class _FRDecoder:
         if len(seen) != self.n_groups:
             raise ValueError(f"{self.name}: responders {sorted(map(int, first))} miss a block; not decodable")
         return a
+
+    def _block_first(self, rank):
+        """(T, n_groups): the arrival position of every block's earliest responder."""
+        return rank.reshape(len(rank), self.n_groups, self.s + 1).min(axis=2)
+
+    def _needed_batch(self, rank):
+        if self.wait == "n-s":
+            return self.workers - self.s
+        return self._block_first(rank).max(axis=1) + 1
+
+    def _coefficients_batch(self, rank, r):
+        # every block's earliest responder is among the first r: a block has s+1 members, at most
+        # s do not respond, and "decodable" waits for all blocks
+        earliest = np.repeat(self._block_first(rank), self.s + 1, axis=1)
+        return np.where(rank == earliest, 1.0, 0.0)
 
     def step_times(self, arrival):
         arrival = np.asarray(arrival, dtype=np.float64)
@@ -321,6 +394,15 @@ class _CRDecoder:
             self._cache[key] = a
         return self._cache[key]
 
+    def _coefficients_batch(self, rank, r):
+        # one least-squares solve per responder set, in the order the steps first meet them (so
+        # warnings and errors come as the per-step decode's would)
+        sets, first_use, inverse = np.unique(rank < r, axis=0, return_index=True, return_inverse=True)
+        a = np.empty((len(sets), self.workers))
+        for u in np.argsort(first_use):
+            a[u] = self.coefficients(np.flatnonzero(sets[u]))
+        return a[inverse.reshape(-1)]
+
 
 class GCFR(_FRDecoder, Scheme):
     name = "gc-fr"
@@ -358,10 +440,12 @@ class _Pipelined:
     def load_at(self, step):
         return self.s + 1 if step == 0 else 1
 
-    def stamps(self, step: int) -> np.ndarray:
-        """(n_w, s+1): the step at which every worker last computed each list position, as of
-        ``step`` (inclusive): max(0, t − ((t + r_i − q) mod (s+1))), step 0 being the fill."""
-        q = np.arange(self.s + 1)[None, :]
+    def stamps(self, step) -> np.ndarray:
+        """(n_w, s+1), or (T, n_w, s+1) for an array of T steps: the step at which every worker
+        last computed each list position, as of ``step`` (inclusive):
+        max(0, t − ((t + r_i − q) mod (s+1))), step 0 being the fill."""
+        step = np.asarray(step)[..., None, None]
+        q = np.arange(self.s + 1)
         return np.maximum(0, step - (step + self.offsets[:, None] - q) % (self.s + 1))
 
     def step_weights(self, arrival, step=0):
@@ -374,15 +458,35 @@ class _Pipelined:
         np.add.at(weights, (self.plist[used], ages), a[used][:, None] * coef)
         return weights, t, arrival <= t
 
+    def _weights_batch(self, a, first_step):
+        T, width = len(a), self.s + 1
+        steps = first_step + np.arange(T)
+        ages = steps[:, None, None] - self.stamps(steps)  # (T, n_w, s+1)
+        t, used = np.nonzero(a)  # step by step, the used workers in worker order, as step_weights
+        coef = self.B[np.arange(self.workers)[:, None], self.plist]  # (n_w, s+1): B_ij of each list entry
+        terms = a[t, used][:, None] * coef[used]
+        cells = (t[:, None] * self.k + self.plist[used]) * width + ages[t, used]
+        # bincount adds the terms in this order, from 0, as np.add.at does: the same sums bit for
+        # bit, also where a cell gets several terms (the first s steps)
+        return np.bincount(cells.ravel(), weights=terms.ravel(),
+                           minlength=T * self.k * width).reshape(T, self.k, width)
+
 
 class _ScaledSumDecoder:
     """The authors' pipelined-CR decoder: μ on each of the first n_w − s responders,
     μ = n_w / ((n_w − s)(s+1))."""
 
+    @property
+    def mu(self) -> float:
+        return self.workers / ((self.workers - self.s) * (self.s + 1))
+
     def coefficients(self, first):
         a = np.zeros(self.workers)
-        a[first] = self.workers / ((self.workers - self.s) * (self.s + 1))
+        a[first] = self.mu
         return a
+
+    def _coefficients_batch(self, rank, r):
+        return np.where(rank < r, self.mu, 0.0)
 
 
 def _cyclic_lists(workers, s):

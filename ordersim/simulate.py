@@ -330,9 +330,10 @@ class Run:
     def _train_epoch(self, epoch: int, lr: float) -> bool:
         order = self.timed("order_time", self.orderer.begin_epoch)[self.own_rows]
         first_step = self.step
+        end = self.setup.config.epochs * self.steps_per_epoch  # the run's last step + 1
         coef = None
         if self.coded:
-            coef = self.clock.update_coefficients(first_step, self.steps_per_epoch, self.n, self.b)
+            coef = self.clock.update_coefficients(first_step, self.steps_per_epoch, self.n, self.b, end)
         kernel, inputs = self.epoch_inputs(order, lr, coef)
         done = self.setup.backend.run_steps(kernel, *inputs)
         # the steps done are traced; after a divergence up to the diverging one
@@ -344,8 +345,7 @@ class Run:
             self.timed("order_time", self.orderer.end_epoch)
             if self.clock:
                 self.clock.advance(first_step, self.step - first_step)
-                self.clock.cover(first_step, self.step - first_step, self.n, self.b,
-                                 self.setup.config.epochs * self.steps_per_epoch)
+                self.clock.cover(first_step, self.step - first_step, self.n, self.b, end)
         return ok
 
     def epoch_inputs(self, order, lr, coef) -> tuple:

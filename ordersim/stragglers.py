@@ -439,6 +439,7 @@ class EpochClock:
         self.pending_epoch: dict[str, list] = {}
         self.epoch_times: list[float] = []
         self.last_coverage = None  # (k, n) counts by visit position of the last covered epoch
+        self._epoch_weights = None  # ((first, span), weights) of the last epoch asked for
 
     def arrivals(self, first: int, steps: int) -> np.ndarray:
         """(steps, n_w) arrival times at the server: compute time at each step's load (pipelined
@@ -462,19 +463,25 @@ class EpochClock:
 
     def weights(self, first: int, steps: int) -> np.ndarray:
         """(steps, k, s+1): weights[t, j, age], the weight of partition j's gradient computed
-        ``age`` steps before step first+t in that step's decoded gradient (Scheme.step_weights)."""
-        arrival = self.arrivals(first, steps)
-        out = np.empty((steps, self.scheme.k, self.scheme.s + 1))
-        for t in range(steps):
-            out[t] = self.scheme.step_weights(arrival[t], first + t)[0]
-        return out
+        ``age`` steps before step first+t in that step's decoded gradient (Scheme.steps_weights)."""
+        return self.scheme.steps_weights(self.arrivals(first, steps), first)[0]
 
-    def update_coefficients(self, first: int, steps: int, n: int, b: int) -> np.ndarray:
+    def epoch_weights(self, first: int, steps: int, end: int) -> np.ndarray:
+        """``weights`` of the epoch of steps first .. first+steps-1 and, pipelined, of the s steps
+        after it (up to ``end``, the run's last step + 1), whose updates still use the epoch's
+        gradients: computed once for update_coefficients and cover."""
+        ahead = self.scheme.s if self.scheme.pipelined else 0
+        span = (first, min(steps + ahead, end - first))
+        if self._epoch_weights is None or self._epoch_weights[0] != span:
+            self._epoch_weights = (span, self.weights(*span))
+        return self._epoch_weights[1]
+
+    def update_coefficients(self, first: int, steps: int, n: int, b: int, end: int) -> np.ndarray:
         """(steps, k, s+1) coefficients of the coded update: weights[t, j, age] / (k · c(t − age)),
         c(u) the examples per partition at step u (b, or fewer at an epoch's last step), so that
         Σ_j Σ_age coef · (partition j's gradient sum of step t − age) is the decoded estimate of
-        the mean gradient (the plain path's Σ_j g_j / (m · c))."""
-        w = self.weights(first, steps)
+        the mean gradient (the plain path's Σ_j g_j / (m · c)). ``end``: the run's last step + 1."""
+        w = self.epoch_weights(first, steps, end)[:steps]
         per_epoch = -(-n // b)
         ages = np.arange(self.scheme.s + 1)
         u = np.arange(first, first + steps)[:, None] - ages[None, :]
@@ -490,9 +497,8 @@ class EpochClock:
         the counts by visit position in ``last_coverage`` (k, n)."""
         k = self.scheme.k
         if self.decoded:
-            ahead = self.scheme.s if self.scheme.pipelined else 0
-            span = min(steps + ahead, end - first)
-            w = self.weights(first, span)  # (span, k, s+1)
+            w = self.epoch_weights(first, steps, end)  # (span, k, s+1), span <= steps + s
+            self._epoch_weights = None  # the epoch is done: no one asks again (its size is the epoch's)
             count = np.zeros((steps, k))
             total = np.zeros((steps, k))
             for age in range(self.scheme.s + 1):

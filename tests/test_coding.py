@@ -117,6 +117,56 @@ def test_step_times_match_step(name):
     np.testing.assert_array_equal(scheme.step_times(T), times)
 
 
+def assert_same_bits(batched, per_step):
+    assert batched.dtype == per_step.dtype and batched.shape == per_step.shape
+    assert batched.tobytes() == per_step.tobytes()
+
+
+def assert_steps_weights_match_step_weights(scheme, arrival, first_step):
+    weights, times, responded = scheme.steps_weights(arrival, first_step)
+    decodes = [scheme.step_weights(row, first_step + t) for t, row in enumerate(arrival)]
+    assert_same_bits(weights, np.stack([w for w, _, _ in decodes]))
+    assert_same_bits(times, np.array([t for _, t, _ in decodes]))
+    assert_same_bits(responded, np.stack([r for _, _, r in decodes]))
+
+
+@pytest.mark.parametrize("s", [1, 2, 3])
+@pytest.mark.parametrize("name, options", [(name, {}) for name in SCHEMES] +
+                         [("gc-fr", {"wait": "n-s"}), ("pgc-fr", {"wait": "decodable"}),
+                          ("pgc-fr-staggered", {"wait": "decodable"})])
+def test_steps_weights_equal_stacked_step_weights_bitwise(name, options, s):
+    """The batched decode is the per-step one bit for bit, for step ranges starting at the pipeline
+    fill (step 0), inside the first s steps, and around the end of an epoch of 7 steps (its last,
+    partial step 6 and the next epoch's first steps), with ties in the arrival times."""
+    workers = 12
+    for seed in (0, 1, 2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DecodingWarning)  # poorly conditioned codes decode too
+            scheme = make_pure_scheme(name, workers, s, seed=seed, **options)
+            assert scheme._batched()  # the built-ins are vectorized, not the fallback loop
+            rng = np.random.default_rng(seed)
+            arrival = rng.exponential(1.0, (40, workers))
+            arrival[4, 3] = arrival[4, 8] = arrival[4, 1]  # ties, broken by worker index
+            for first_step, steps in ((0, 40), (0, 1), (1, 3), (6, 1), (6, 7), (7, 7 + s), (13, 27)):
+                assert_steps_weights_match_step_weights(scheme, arrival[:steps], first_step)
+
+
+def test_steps_weights_of_a_scheme_overriding_a_hook_loops_over_its_step_weights():
+    """A user's scheme that changes ``coefficients`` (docs/adding.md) without a batched
+    counterpart gets the per-step loop, not the base class's vectorized decode."""
+    class DropStragglers(SCHEMES.get_class("ignore-stragglers")):
+        def coefficients(self, first):
+            a = np.zeros(self.workers)
+            a[first] = 2.0
+            return a
+
+    scheme = DropStragglers(6, 2)
+    assert not scheme._batched()
+    arrival = np.random.default_rng(0).exponential(1.0, (9, 6))
+    assert_steps_weights_match_step_weights(scheme, arrival, 3)
+    assert set(np.unique(scheme.steps_weights(arrival, 3)[0])) == {0.0, 2.0}
+
+
 PIPELINED = ["pgc-fr", "pgc-cr", "pgc-fr-staggered", "pgc-cr-exact"]
 
 
