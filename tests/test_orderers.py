@@ -479,7 +479,6 @@ def test_a_gradient_orderer_of_its_own_refuses_projection_and_group():
 def test_a_state_field_that_would_hide_an_attribute_is_refused_when_the_class_is_defined(field, tmp_path):
     """A field's view would replace the attribute (``state``, the buffer, slipped through and
     failed later in Numba); a plug-in file declaring one fails to load with one line."""
-    from ordersim.config import Config, ConfigError, check_fields
     from ordersim.orderers._state import GradientOrderer, StateLayout, f64
 
     message = rf"hider: state field\(s\) {field} would hide an attribute of the orderer; name them otherwise$"
@@ -487,10 +486,17 @@ def test_a_state_field_that_would_hide_an_attribute_is_refused_when_the_class_is
         class Hider(GradientOrderer):
             name = "hider"
             state_layout = StateLayout(**{field: f64["m"]})
-    path = tmp_path / "hider.py"
-    path.write_text("from ordersim.orderers._state import GradientOrderer, StateLayout, f64\n\n\n"
-                    f"class Hider(GradientOrderer):\n    name = 'hider'\n"
-                    f"    state_layout = StateLayout({field}=f64['m'])\n")
+    assert_orderer_file_refused(tmp_path / "hider.py",
+                                "from ordersim.orderers._state import GradientOrderer, StateLayout, f64\n\n\n"
+                                f"class Hider(GradientOrderer):\n    name = 'hider'\n"
+                                f"    state_layout = StateLayout({field}=f64['m'])\n", message)
+
+
+def assert_orderer_file_refused(path, source, message):
+    """An orderer file of ``source`` fails to load with the one-line config error ``message``."""
+    from ordersim.config import Config, ConfigError, check_fields
+
+    path.write_text(source)
     with pytest.raises(ConfigError, match=r"^config field 'orderers': orderer file .* failed to import: TypeError: "
                                           + message) as info:
         check_fields(Config(orderers=[str(path)]), 1)
@@ -530,18 +536,12 @@ GRADIENT_ORDERER_MISTAKES = [
 
 @pytest.mark.parametrize("line, message", GRADIENT_ORDERER_MISTAKES)
 def test_a_gradient_orderer_that_breaks_the_contract_is_one_line_when_its_file_loads(line, message, tmp_path):
-    from ordersim.config import Config, ConfigError, check_fields
-
-    path = tmp_path / "mistake.py"
-    path.write_text("from numba import njit\n\n"
-                    "from ordersim.orderers._state import GradientOrderer, StateLayout, f64, observer\n\n"
-                    "STATE = StateLayout(values=f64['m', 'n'])\n\n\n"
-                    "@observer\ndef record(grads, state, start):\n    pass\n\n\n"
-                    f"class Mistake(GradientOrderer):\n    name = 'mistake'\n    {line}\n")
-    with pytest.raises(ConfigError, match=r"^config field 'orderers': orderer file .* failed to import: TypeError: "
-                                          + message) as info:
-        check_fields(Config(orderers=[str(path)]), 1)
-    assert "\n" not in str(info.value)
+    assert_orderer_file_refused(tmp_path / "mistake.py",
+                                "from numba import njit\n\n"
+                                "from ordersim.orderers._state import GradientOrderer, StateLayout, f64, observer\n\n"
+                                "STATE = StateLayout(values=f64['m', 'n'])\n\n\n"
+                                "@observer\ndef record(grads, state, start):\n    pass\n\n\n"
+                                f"class Mistake(GradientOrderer):\n    name = 'mistake'\n    {line}\n", message)
 
 
 def test_an_observer_body_of_other_arguments_is_refused_when_decorated():
