@@ -7,9 +7,9 @@
 Problems with a file are never fatal when the data can still be read: they are reported with a
 ``TraceWarning`` naming the file and run, and collected as strings in ``df.attrs["notes"]``.
 - interrupted runs are loaded up to the last completed epoch, with ``interrupted = True``: status
-  "interrupted", or, in a file without ``end_time`` (a killed job), any run whose status is not
-  "completed" or "diverged" (the simulator sets those only when a run finished); a file without
-  ``end_time`` is itself noted;
+  "interrupted", or, in a file without ``end_time`` (a job killed, or stopped with a checkpoint),
+  any run whose status is not "completed" or "diverged" (the simulator sets those only when a run
+  finished); a file without ``end_time`` is itself noted;
 - a per-epoch dataset that a run lacks becomes NaN in that run's rows; a warning is raised when the
   dataset is one the simulator always writes, or when another run of the same file has it (datasets
   that do not apply, e.g. ``suboptimality`` of a nonconvex problem, are absent by design);
@@ -156,6 +156,21 @@ def _read_run(run: h5py.Group, path: str, where: str, file_attrs: dict, expected
         length = max((len(a) for a in data.values()), default=0)
         data["epoch"] = np.arange(length, dtype=np.int64)
         notes.add(f"run {where} in file {path} has no dataset 'epoch'; epochs numbered 0..{length - 1}")
+    status = attrs.get("status", "unknown")
+    confirmed = attrs.get("epochs_completed")
+    if status != "completed" and confirmed is not None and length:
+        # the writer sets epochs_completed after the epoch's rows were flushed: rows after it may
+        # be those of a failed write (docs/trace-format.md). Cut before padding, so that a dataset
+        # the kill left one row short is not reported padded for a row that is dropped anyway
+        # the prefix of increasing epochs up to it (a row the kill left unwritten reads as epoch 0)
+        epochs = data["epoch"]
+        ok = (epochs <= confirmed) & np.concatenate([[True], np.diff(epochs) > 0])
+        kept = length if ok.all() else int(np.argmin(ok))
+        if kept < length:
+            notes.add(f"run {where} in file {path}: dropped {length - kept} row(s) after "
+                      f"epochs_completed = {confirmed} (status '{status}': written after the last "
+                      "flush the writer confirmed)")
+            length = kept
     for name, array in list(data.items()):
         if len(array) < length:
             data[name] = np.concatenate([array.astype(float), np.full(length - len(array), np.nan)])
@@ -166,18 +181,6 @@ def _read_run(run: h5py.Group, path: str, where: str, file_attrs: dict, expected
     for name in expected:
         if name not in data:
             notes.missing.setdefault((path, name), []).append(where)
-    status = attrs.get("status", "unknown")
-    confirmed = attrs.get("epochs_completed")
-    if status != "completed" and confirmed is not None and length:
-        # the writer sets epochs_completed after the epoch's rows were flushed: rows after it may
-        # be those of a failed write (docs/trace-format.md)
-        keep = data["epoch"] <= confirmed
-        if not keep.all():
-            notes.add(f"run {where} in file {path}: dropped {int((~keep).sum())} row(s) after "
-                      f"epochs_completed = {confirmed} (status '{status}': written after the last "
-                      "flush the writer confirmed)")
-            data = {name: array[keep] for name, array in data.items()}
-            length = int(keep.sum())
     # A killed job leaves no end_time; its runs that had finished say so in their status.
     interrupted = status == "interrupted" or ("end_time" not in file_attrs
                                               and status not in ("completed", "diverged"))
@@ -211,8 +214,9 @@ def _read_file(path, notes: _Notes) -> tuple[dict, dict]:
         file_attrs = _attrs(f)
         runs = _runs(f)
         if "end_time" not in file_attrs:
-            notes.add(f"file {path} has no end_time: the job was killed before it finished "
-                      "(runs with status 'completed' are complete; the others are interrupted)")
+            notes.add(f"file {path} has no end_time: the job did not finish (killed, or stopped with a "
+                      "checkpoint that --resume continues); runs with status 'completed' are complete, "
+                      "the others interrupted")
         if not runs:
             notes.add(f"file {path} holds no runs (no group /runs/<orderer>/seed_<k>)")
         # per-epoch datasets expected in every run of this file: those always written, those

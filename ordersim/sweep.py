@@ -31,6 +31,7 @@ import os
 import re
 import shlex
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -302,7 +303,7 @@ def merge_main(argv: list[str]) -> int:
         print(f"ordersim: error: merge: {problem}", file=sys.stderr)
         return 2
 
-    from ordersim.analysis.load import load_runs
+    from ordersim.analysis.load import TraceWarning, load_runs
     from ordersim.trace import NotATrace, trace_root
 
     roots = []
@@ -314,12 +315,14 @@ def merge_main(argv: list[str]) -> int:
             return 2
     try:
         # all files at once: the config fields that differ among them (a sweep's axes) become columns
-        table = load_runs(args.files)
+        with warnings.catch_warnings():  # printed below as lines of ours, not as source excerpts
+            warnings.simplefilter("ignore", TraceWarning)
+            table = load_runs(args.files)
     except (OSError, KeyError, ValueError) as err:
         path = next((path for path in args.files if not _loads_alone(path)), args.files[0])
         print(f"ordersim: error: merge: {path!r} is an unreadable trace ({err})", file=sys.stderr)
         return 2
-    for warning in missing_cells(roots):
+    for warning in [*table.attrs["notes"], *missing_cells(roots)]:
         print(f"ordersim: warning: merge: {warning}", file=sys.stderr)
     if args.out.endswith(".parquet"):
         table.to_parquet(args.out)
@@ -332,10 +335,12 @@ def merge_main(argv: list[str]) -> int:
 
 def _loads_alone(path: str) -> bool:
     """Whether one file loads on its own (to name the file an error of a whole merge came from)."""
-    from ordersim.analysis.load import load_runs
+    from ordersim.analysis.load import TraceWarning, load_runs
 
     try:
-        load_runs([path])
+        with warnings.catch_warnings():  # merge prints the notes of the files that do load
+            warnings.simplefilter("ignore", TraceWarning)
+            load_runs([path])
     except (OSError, KeyError, ValueError):
         return False
     return True

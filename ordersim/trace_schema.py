@@ -168,7 +168,8 @@ ROOT_ATTRIBUTES = (
     Attribute("exchange", "str", "how the ranks exchanged each step's sums or gradients: `shared-memory` (all "
               "ranks on one node), `allgather` (MPI_Allgather), `none` (serial)"),
     Attribute("hosts", "str (JSON list)", "host names of the ranks"),
-    Attribute("start_time, end_time", "str (ISO 8601, UTC)", "`end_time` is absent when the job was killed"),
+    Attribute("start_time, end_time", "str (ISO 8601, UTC)", "`end_time` is absent when the job did not finish: it was killed, "
+              "or stopped with a checkpoint (SIGUSR1, SIGTERM: exit 3) until `--resume` finishes it"),
     Attribute("resumes", "str (JSON list)", "one object per `--resume` that continued this trace, in order: "
               "its `time`, `ranks`, `backend`, `exchange` and `hosts`, and its code state (the code-state "
               "attributes above, `command_line`, `working_directory` and `plugin_files` included); absent when the trace was never resumed. The "
@@ -214,9 +215,10 @@ RUN_ATTRIBUTES = (
     Attribute("straggler_model, straggler_params, coding", "str", "with a straggler model (`stragglers` set; "
               "[stragglers.md](stragglers.md)): its name, its parameters (a JSON object), and the coding "
               "scheme's name"),
-    Attribute("coding_s, load, latency, bandwidth", "int, float", "with a straggler model: the stragglers s "
-              "the scheme tolerates, its load, and the communication model's latency (s) and bandwidth "
-              "(bytes/s)"),
+    Attribute("coding_s, load", "int", "with a straggler model: the stragglers s the scheme tolerates, and its "
+              "load"),
+    Attribute("latency, bandwidth", "float", "with a straggler model: the communication model's latency (s) "
+              "and bandwidth (bytes/s; `inf`: transfer is free)"),
 )
 
 _STATIC_TABLES = {"per-run": PER_RUN, "root": ROOT, "root-attributes": ROOT_ATTRIBUTES,

@@ -207,7 +207,8 @@ def test_killed_job_without_end_time_warns(tmp_path):
     with pytest.warns(TraceWarning) as record:
         df = load_runs(path)
     messages = [str(w.message) for w in record]
-    assert any("has no end_time" in m for m in messages)
+    # a checkpointed stop (SIGUSR1, exit 3) leaves no end_time either: the note must not say killed only
+    assert any("has no end_time" in m and "stopped with a checkpoint" in m for m in messages)
     assert any("run rr/seed_0 in file" in m and "interrupted after epoch 2" in m for m in messages)
     assert df[(df.orderer == "rr") & (df.seed == 0)].interrupted.all()
 
@@ -286,6 +287,28 @@ def test_rows_after_epochs_completed_are_dropped(tmp_path):
     assert any("interrupted after epoch 1" in note and "its 2 measured epochs" in note for note in notes)
     assert list(df[(df.orderer == "cd-grab") & (df.seed == 1)].epoch) == [0, 1]
     assert len(df[(df.orderer == "rr") & (df.seed == 1)]) == 6  # completed runs are whole
+
+
+def test_a_row_the_kill_left_half_written_is_dropped_without_padding_notes(tmp_path):
+    """SIGKILL between two datasets' appends: epoch's row is there, the timers' is not, and
+    epochs_completed does not confirm it. The row is dropped; nothing is reported padded."""
+    path = write_trace(tmp_path / "killed.h5", killed=True, interrupted=("cd-grab", 1), epochs=5)
+    with h5py.File(path, "r+") as f:
+        run = f["runs/cd-grab/seed_1"]
+        run.attrs["epochs_completed"] = 1
+        run["comm_time"].resize(2, axis=0)
+    with pytest.warns(TraceWarning) as record:
+        df = load_runs(path)
+    notes = [str(w.message) for w in record]
+    assert any("dropped 1 row(s) after epochs_completed = 1" in note for note in notes), notes
+    assert not any("padded with NaN" in note for note in notes), notes
+    run = df[(df.orderer == "cd-grab") & (df.seed == 1)]
+    assert list(run.epoch) == [0, 1] and run.comm_time.notna().all()
+    with h5py.File(path, "r+") as f:  # the epoch row resized but unwritten: HDF5's fill value, 0
+        f["runs/cd-grab/seed_1/epoch"][2] = 0
+    with pytest.warns(TraceWarning):
+        df = load_runs(path)
+    assert list(df[(df.orderer == "cd-grab") & (df.seed == 1)].epoch) == [0, 1]
 
 
 def test_the_readmes_load_runs_snippet_runs(tmp_path, monkeypatch, capsys):

@@ -313,6 +313,19 @@ def test_merge_names_the_missing_cells_of_a_sweep(cells, tmp_path):
     assert (tmp_path / "m.csv").exists()
 
 
+def test_merge_prints_the_loaders_notes_as_plain_lines(cells, tmp_path):
+    """A cell whose job was killed (no end_time): its note is a line of merge's, not a Python
+    warning with the source line that raised it."""
+    killed = tmp_path / "cell_0000.h5"
+    killed.write_bytes((cells / "cell_0000.h5").read_bytes())
+    with h5py.File(killed, "r+") as f:
+        del f.attrs["end_time"]
+    result = merge([killed], tmp_path / "m.csv")
+    assert result.returncode == 0, result.stderr
+    assert f"ordersim: warning: merge: file {killed} has no end_time" in result.stderr, result.stderr
+    assert "TraceWarning" not in result.stderr and "load_runs(" not in result.stderr, result.stderr
+
+
 def test_merge_of_bad_inputs_is_one_line_and_exit_2(cells, tmp_path):
     good = cells / "cell_0000.h5"
     text = tmp_path / "notes.txt"
