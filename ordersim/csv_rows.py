@@ -3,11 +3,12 @@
     rows = CsvRows(path, block_rows=4096, label="last", header="auto", spec=...)
     X, y = rows.block(b)              # rows b*block_rows.. of it: features and labels
 
-The cells are those of Python's ``csv.reader`` with its default dialect: ``,`` between cells,
-``"`` around a cell that may hold commas or line ends, ``""`` inside it for one quote; a record
-ends with ``\\n``, ``\\r\\n`` or ``\\r``. Records whose cells are all blank are skipped. The first
-other record is a header when ``header=yes``, or with ``header=auto`` when one of its cells is
-neither blank nor a number; every later record is a row of numbers: a blank cell is NaN (which the
+A UTF-8 byte order mark at the start is skipped; a compressed file is refused. The cells are those
+of Python's ``csv.reader`` with its default dialect: ``,`` between cells, ``"`` around a cell that
+may hold commas or line ends, ``""`` inside it for one quote; a record ends with ``\\n``,
+``\\r\\n`` or ``\\r``. Records whose cells are all blank are skipped. The first other record is a
+header when ``header=yes``, or with ``header=auto`` when one of its cells is neither blank nor a
+number; every later record is a row of numbers: a blank cell is NaN (which the
 data set's check then rejects, naming its row and line), any other cell a number as
 ``ordersim.text_numbers`` reads it (Python's ``float()`` but for underscores), whitespace around
 it allowed. The label is the last column unless ``label`` names another (first, a column number or
@@ -274,7 +275,11 @@ class CsvRows:
             raise ValueError(f"data set spec {spec!r}: header={header!r}; allowed: {', '.join(HEADERS)}")
         self.path, self.block_rows = path, block_rows
         where = f"csv file {path!r}"
-        first = _first_record(path)
+        compressed = text_numbers.compression(path)
+        if compressed:  # a block's read seeks into the file: decompressing it each time would cost a pass
+            raise ValueError(f"{where} is {compressed[0]}-compressed; allowed: plain CSV text "
+                             f"(decompress it first)")
+        first = _first_record(path, text_numbers.text_start(path))
         if first is None:
             raise ValueError(f"{where} holds no rows")
         start, line, cells, after, spanned, has_text = first
@@ -287,7 +292,8 @@ class CsvRows:
             start, lines_before = after, lines_before + spanned
         self.width = width = len(cells)
         if width < 2:
-            raise ValueError(f"{where} has {width} column; it needs at least one feature and a label")
+            raise ValueError(f"{where} has {width} column; it needs at least one feature and a label, "
+                             f"separated by ',' (not ';' or a tab)")
         self.label_column = self._label_column(label, names, spec)
         self.feature_names = [h for i, h in enumerate(names) if i != self.label_column] if names else None
 
@@ -321,6 +327,10 @@ class CsvRows:
         if label == "first":
             return 0
         if names and label in names:
+            same = [str(i) for i, name in enumerate(names) if name == label]
+            if len(same) > 1:  # taking the first would be a guess
+                raise ValueError(f"data set spec {spec!r}: label={label!r} names {len(same)} columns of the "
+                                 f"header; allowed: one of them by number ({', '.join(same)})")
             return names.index(label)
         try:
             column = int(label)

@@ -3,7 +3,7 @@
     load_dataset("synthetic:regression?n=2000&d=20&cond=100&noise=0.1")
     load_dataset("sklearn:breast_cancer", label_kind="binary", test_fraction=0.2, seed=1)
     load_dataset("mnist:5k")                  # also mnist1d:5k (the `datasets` extra: PACKAGE_SETS)
-    load_dataset("libsvm:data/w8a.gz")        # a .gz file is decompressed on the way
+    load_dataset("libsvm:data/w8a.gz")        # a gzip, bz2 or xz file is decompressed on the way
     load_dataset("csv:PATH")                  # also npz:PATH (arrays X, y), hdf5:PATH (datasets X, y)
     plan = open_dataset("hdf5:big.h5", test_fraction=0.1); A = plan.train_rows(rows)  # just those rows
     shards, dropped = partition(data.y, workers=4, scheme="dirichlet", alpha=0.1, seed=0)
@@ -334,7 +334,8 @@ class NpzRows:
                 keys = [name[:-4] for name in archive.namelist() if name.endswith(".npy")]
                 if "X" not in keys or "y" not in keys:
                     raise ValueError(f"npz file {path!r} must hold arrays 'X' and 'y', found: "
-                                     f"{', '.join(keys) or 'none'}")
+                                     f"{', '.join(keys) or 'none'}; allowed: np.savez(PATH, X=features, "
+                                     f"y=labels), X dense")
                 with archive.open("X.npy") as fh:
                     self.shape, self.fortran, self.dtype = self._header(fh)
                     self.start = fh.tell()
@@ -400,7 +401,8 @@ class HDF5Rows:
                 keys = list(fh.keys())
                 if "X" not in keys or "y" not in keys:
                     raise ValueError(f"hdf5 file {path!r} must hold datasets 'X' and 'y', "
-                                     f"found: {', '.join(keys) or 'none'}")
+                                     f"found: {', '.join(keys) or 'none'}; allowed: datasets named X and y "
+                                     f"at the file's root")
                 X, y = fh["X"], fh["y"]
                 for label, arr in (("X", X), ("y", y)):
                     if not hasattr(arr, "dtype"):
@@ -558,7 +560,7 @@ class Mnist1dSource(_PackageSource):
 
 class LibsvmSource(DataSource):
     name = "libsvm"
-    description = "LIBSVM text, .gz too (data/w8a.gz and data/mushrooms.gz are in the repository)"
+    description = "LIBSVM text, gzip/bz2/xz too (data/w8a.gz and data/mushrooms.gz are in the repository)"
     streamed = reads_file = True
 
     def open(self, spec, name, options, seed, hdf5_locking):
@@ -1031,8 +1033,12 @@ def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
     if bad:
         row, col, _ = bad[0]
         line = f" (line {lines(row)})" if lines else ""
+        column = f"feature column {col}"
+        if "label_column" in extra:  # a CSV file: its own column number and name, as its other errors give
+            name = f" ({extra['feature_names'][col]!r})" if extra["feature_names"] else ""
+            column = f"column {col + (col >= extra['label_column'])}{name}"
         count = sum(b[2] for b in bad)
-        raise ValueError(f"{where}: feature column {col} has a NaN/inf value at row {row}{line} "
+        raise ValueError(f"{where}: {column} has a NaN/inf value at row {row}{line} "
                          f"({count} non-finite value(s) in all); features must be finite")
     y = np.asarray(source.labels if source.labels is not None else np.concatenate([s["labels"] for s in surveys]))
     _check_shapes(where, (N, raw_features), y.shape)  # any source's (a user's too): rows index y below

@@ -10,8 +10,9 @@ parsed on its own. An MPI rank parses only the blocks that hold its workers' row
 holds more of the data set than the rows it asks for (the reader before this kept every value of
 the file as Python objects on rank 0: ~100 bytes per nonzero).
 
-A file whose name ends in ``.gz`` is read through gzip, decompressed on the way (a block's read
-decompresses from the start of the file up to it).
+A gzip, bz2 or xz file (told by its first bytes, whatever its name) is decompressed on the way (a
+block's read decompresses from the start of the file up to it). A UTF-8 byte order mark at the
+start is skipped.
 
 Format: ``LABEL INDEX:VALUE INDEX:VALUE ...`` per line, indices increasing; ``#`` starts a
 comment; blank lines are skipped; lines end with ``\\n`` (``\\r\\n`` works too). Indices are
@@ -22,6 +23,8 @@ and ``nan`` (the last two rejected as not finite), not hexadecimal. Values are c
 library's ``strtod``, correctly rounded like ``float()``. The first problem in the file is
 raised as a one-line ValueError with its line number.
 """
+
+import re
 
 import numpy as np
 from numba import njit
@@ -216,7 +219,14 @@ class LibsvmRows:
             size = base + end
             return end
 
-        text_numbers.scan_pieces(path, scan_piece, opener=text_numbers.open_bytes)
+        compressed = text_numbers.compression(path)
+        try:
+            start = text_numbers.text_start(path, text_numbers.open_bytes)
+            text_numbers.scan_pieces(path, scan_piece, start, opener=text_numbers.open_bytes)
+        except text_numbers.DECOMPRESS_ERRORS as exc:  # a truncated or damaged compressed file
+            what = f"as {compressed[0]}" if compressed else "from disk"
+            raise ValueError(f"libsvm file {path!r} could not be read {what}: {type(exc).__name__}: {exc}; "
+                             f"allowed: plain text or a complete gzip, bz2 or xz file") from None
         self.rows = int(result[ROWS])
         if self.rows == 0:
             raise ValueError(f"libsvm file {path!r} holds no examples")
@@ -242,14 +252,20 @@ class LibsvmRows:
         code, line = int(result[ERROR]), int(result[LINE])
         text = bytes(buf[result[SPAN_START]:result[SPAN_END]]).decode("utf-8", errors="replace")
         where = f"libsvm file {self.path!r} line {line}"
+        before = bytes(buf[:result[SPAN_START]])
+        if re.search(rb"\r(?!\n)", before[before.rfind(b"\n") + 1:]):
+            # a file with classic Mac line ends is one line: its rows' labels read as features
+            where += " (it holds a \\r that ends no line: lines must end with \\n or \\r\\n)"
         if code == BAD_LABEL:
             return (f"{where}: label {text!r} is not a number (expected: LABEL INDEX:VALUE ...; "
                     f"one label per line)")
         if code == LABEL_NOT_FINITE:
             return f"{where}: label {text!r} is not finite"
         if code == BAD_FEATURE:
+            # svmlight's ranking files have one after the label (scikit-learn returns it apart)
+            qid = "; qid:N fields (ranking files) are not read, remove them" if text.startswith("qid:") else ""
             return (f"{where}: malformed feature {text!r} (expected INDEX:VALUE with an integer INDEX "
-                    f">= 1 and a number VALUE)")
+                    f">= 1 and a number VALUE){qid}")
         if code == VALUE_NOT_FINITE:
             return f"{where}: feature {int(result[INDEX])} has the non-finite value {text!r}"
         return (f"{where}: feature indices must increase, got {int(result[INDEX])} after "

@@ -9,8 +9,12 @@ finiteness the text does not settle (an exponent, 300 digits or more before the 
 checking a file's numbers costs no conversion in the usual case.
 """
 
+import bz2
 import gzip
+import lzma
 import math
+import re
+import zlib
 
 import numpy as np
 from llvmlite import ir
@@ -139,14 +143,39 @@ def check_number(buf, start, end, scratch):
     return True, kind == FINITE_DECIMAL or math.isfinite(value(buf, start, end, scratch))
 
 
+# Compressed files, told by their first bytes (not their name): (pattern, format, opener). bz2's
+# includes its block magic, so no text file (a CSV header "BZh...") looks like one.
+COMPRESSED = ((re.compile(rb"\x1f\x8b"), "gzip", gzip.open),
+              (re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), "bz2", bz2.open),
+              (re.compile(rb"\xfd7zXZ\x00"), "xz", lzma.open))
+# what a damaged compressed stream raises while it is read (gzip's BadGzipFile is an OSError)
+DECOMPRESS_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)
+UTF8_BOM = b"\xef\xbb\xbf"  # Excel's "CSV UTF-8" and utf-8-sig writers start the file with it
+
+
+def compression(path: str):
+    """(format, opener) of the compressed file at ``path`` (gzip, bz2, xz); None for a plain file."""
+    with open(path, "rb") as fh:
+        head = fh.read(10)
+    return next(((name, opener) for pattern, name, opener in COMPRESSED if pattern.match(head)), None)
+
+
 def open_bytes(path: str):
-    """The file at ``path`` opened for binary reading; a ``.gz`` file decompressed on the way (its
-    offsets are those of the decompressed bytes; seeking backwards decompresses from the start)."""
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    """The file at ``path`` opened for binary reading; a gzip, bz2 or xz file decompressed on the
+    way (its offsets are those of the decompressed bytes; seeking backwards decompresses from the
+    start)."""
+    compressed = compression(path)
+    return compressed[1](path, "rb") if compressed else open(path, "rb")
 
 
 def open_plain(path: str):
     return open(path, "rb")
+
+
+def text_start(path: str, opener=open_plain) -> int:
+    """Where the text of the file at ``path`` starts: after a UTF-8 byte order mark, if any."""
+    with opener(path) as fh:
+        return len(UTF8_BOM) if fh.read(len(UTF8_BOM)) == UTF8_BOM else 0
 
 
 def scan_pieces(path: str, scan_piece, start: int = 0, opener=open_plain) -> None:
@@ -154,7 +183,7 @@ def scan_pieces(path: str, scan_piece, start: int = 0, opener=open_plain) -> Non
     at_end) a piece of READ_BYTES at a time (buf: the bytes from file offset ``base`` on, a uint8
     array; at_end: buf reaches the end of the file). scan_piece returns how many bytes it is done
     with (whole records; the rest comes again at the front of the next piece) or -1 to stop.
-    ``opener(path)`` opens the file (``open_bytes``: also gzip-compressed files)."""
+    ``opener(path)`` opens the file (``open_bytes``: also compressed files)."""
     base, carry = start, b""
     with opener(path) as fh:
         fh.seek(start)

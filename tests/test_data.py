@@ -1,5 +1,6 @@
 """Data sets by spec, their checks and errors, and the worker partitions."""
 
+import gzip
 import subprocess
 import sys
 
@@ -299,6 +300,8 @@ def test_libsvm(tmp_path):
     ("1 1:0.5\n\nabc 1:1\n", r"line 3: label 'abc' is not a number"),
     ("1 3:1 2:1\n", r"line 1: feature indices must increase, got 2 after 3"),
     ("1 1:nan\n", r"line 1: feature 1 has the non-finite value 'nan'"),
+    ("1 qid:3 1:0.5\n", r"line 1: malformed feature 'qid:3' .*; qid:N fields \(ranking files\) are not read, "
+                        r"remove them$"),
 ])
 def test_libsvm_errors_name_the_line(tmp_path, content, pattern):
     f = tmp_path / "bad.svm"
@@ -324,11 +327,14 @@ def test_csv(tmp_path):
 
 
 @pytest.mark.parametrize("content, pattern", [
-    ("a,b,y\n1,2,0\n3,,1\n", r"feature column 1 has a NaN/inf value at row 1 \(line 3\)"),
-    ("a,b,y\n1,nan,0\n", r"feature column 1 has a NaN/inf value at row 0 \(line 2\)"),
+    ("a,b,y\n1,2,0\n3,,1\n", r"column 1 \('b'\) has a NaN/inf value at row 1 \(line 3\)"),
+    ("a,b,y\n1,nan,0\n", r"column 1 \('b'\) has a NaN/inf value at row 0 \(line 2\)"),
+    ("1,2,0\n3,,1\n", r": column 1 has a NaN/inf value at row 1 \(line 2\)"),
     ("a,b,y\n1,2,0\n3,four,1\n", r"line 3, column 1 \('b'\): 'four' is not a number"),
     ("a,b,y\n1,2,0\n3,4\n", r"line 3: 2 columns, expected 3"),
     ("a,b,y\n1,2,\n", r"line 2: the label \(column 2\) is missing"),
+    ("a;b;y\n1;2;0\n", r"has 1 column; it needs at least one feature and a label, separated by ','"),
+    ("1\t2\t0\n3\t4\t1\n", r"has 1 column; .* separated by ',' \(not ';' or a tab\)"),
 ])
 def test_csv_errors_name_line_and_column(tmp_path, content, pattern):
     f = tmp_path / "bad.csv"
@@ -336,6 +342,38 @@ def test_csv_errors_name_line_and_column(tmp_path, content, pattern):
     with pytest.raises(ValueError, match=pattern) as info:
         load_dataset(f"csv:{f}")
     assert str(f) in one_line(info)
+
+
+def test_csv_byte_order_mark_is_skipped_and_compression_refused(tmp_path):
+    bom = b"\xef\xbb\xbf"  # Excel's "CSV UTF-8"
+    (tmp_path / "rows.csv").write_bytes(bom + b"1.5,2,1\n3,4,-1\n")
+    d = load_dataset(f"csv:{tmp_path / 'rows.csv'}", standardize=False, intercept=False)
+    np.testing.assert_array_equal(d.X, [[1.5, 2], [3, 4]])  # the first row is no header
+    (tmp_path / "named.csv").write_bytes(bom + b"y,a\n1,2\n-1,4\n")
+    d = load_dataset(f"csv:{tmp_path / 'named.csv'}?label=y", standardize=False, intercept=False)
+    np.testing.assert_array_equal(d.y, [1, -1])
+    assert d.info["feature_names"] == ["a"]
+    f = tmp_path / "d.csv.gz"
+    f.write_bytes(gzip.compress(b"a,y\n1,0\n"))
+    with pytest.raises(ValueError, match=r"is gzip-compressed; allowed: plain CSV text") as info:
+        load_dataset(f"csv:{f}")
+    assert str(f) in one_line(info)
+
+
+def test_a_csv_label_name_that_names_two_columns_is_refused(tmp_path):
+    f = tmp_path / "twice.csv"
+    f.write_text("a,a,y\n1,2,0\n3,4,1\n")
+    with pytest.raises(ValueError, match=r"label='a' names 2 columns of the header; allowed: one of them by "
+                                         r"number \(0, 1\)"):
+        load_dataset(f"csv:{f}?label=a")
+    np.testing.assert_array_equal(load_dataset(f"csv:{f}?label=1", standardize=False, intercept=False).y, [2, 4])
+
+
+def test_a_csv_cell_that_is_not_finite_is_named_by_its_file_column(tmp_path):
+    f = tmp_path / "first.csv"
+    f.write_text("y,a,b\n1,2,3\n-1,,5\n")  # the same cell as "x" is named in the non-number error
+    with pytest.raises(ValueError, match=r"column 1 \('a'\) has a NaN/inf value at row 1 \(line 3\)"):
+        load_dataset(f"csv:{f}?label=first")
 
 
 def test_npz_and_hdf5(tmp_path):
@@ -376,7 +414,8 @@ def test_npz_members_are_read_a_block_at_a_time(tmp_path, monkeypatch, save, lay
     ({"X": np.zeros((4, 2)), "y": np.zeros((4, 1))}, r"dimension mismatch: y must be 1-d"),
     ({"X": np.array([[0.0, 1], [2, np.inf]]), "y": np.zeros(2)}, r"feature column 1 has a NaN/inf value at row 1"),
     ({"X": np.zeros((2, 2)), "y": np.array([0.0, np.nan])}, r"label at row 1 is nan"),
-    ({"features": np.zeros((2, 2)), "y": np.zeros(2)}, r"must hold arrays 'X' and 'y', found: features, y"),
+    ({"features": np.zeros((2, 2)), "y": np.zeros(2)}, r"must hold arrays 'X' and 'y', found: features, y; "
+                                                       r"allowed: np.savez\(PATH, X=features, y=labels\), X dense$"),
     ({"X": np.ones((2, 2)) * 1j, "y": np.zeros(2)}, r"X must be real numbers, got dtype complex128"),
 ])
 def test_array_file_errors(tmp_path, arrays, pattern):
@@ -384,6 +423,16 @@ def test_array_file_errors(tmp_path, arrays, pattern):
     np.savez(f, **arrays)
     with pytest.raises(ValueError, match=pattern) as info:
         load_dataset(f"npz:{f}")
+    assert str(f) in one_line(info)
+
+
+def test_an_hdf5_file_without_root_datasets_x_and_y_says_what_is_allowed(tmp_path):
+    f = tmp_path / "nested.h5"
+    with h5py.File(f, "w") as fh:
+        fh["train/X"], fh["train/y"] = np.zeros((2, 2)), np.zeros(2)
+    with pytest.raises(ValueError, match=r"must hold datasets 'X' and 'y', found: train; allowed: datasets "
+                                         r"named X and y at the file's root$") as info:
+        load_dataset(f"hdf5:{f}")
     assert str(f) in one_line(info)
 
 

@@ -3,7 +3,9 @@
 layout the format allows, read whole or a block of rows at a time, jitted and under
 NUMBA_DISABLE_JIT."""
 
+import bz2
 import gzip
+import lzma
 from pathlib import Path
 
 import numpy as np
@@ -176,3 +178,34 @@ def test_gzip_files_read_as_their_plain_text_in_small_blocks(tmp_path, monkeypat
         got, want = read_whole(tmp_path / "a.svm.gz", block_rows), read_whole(tmp_path / "a.svm", block_rows)
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_compressed_files_are_told_by_their_bytes_not_their_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(text_numbers, "READ_BYTES", 7)
+    text = libsvm_text(np.random.default_rng(6), 30, 5, zero_based=False).encode()
+    (tmp_path / "a.svm").write_bytes(text)
+    want = read_whole(tmp_path / "a.svm", 4)
+    files = {"a.svm.bz2": bz2.compress(text), "a.svm.xz": lzma.compress(text),
+             "gzip_no_suffix.svm": gzip.compress(text),
+             "plain.svm.gz": text, "bom.svm": b"\xef\xbb\xbf" + text}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        got = read_whole(tmp_path / name, 4)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_a_truncated_compressed_file_is_a_one_line_error(tmp_path):
+    path = tmp_path / "cut.svm.gz"
+    path.write_bytes(gzip.compress(b"1 1:0.5\n" * 1000)[:40])
+    with pytest.raises(ValueError, match=r"^libsvm file '.*cut.svm.gz' could not be read as gzip: EOFError: .*; "
+                                         r"allowed: plain text or a complete gzip, bz2 or xz file$"):
+        LibsvmRows(str(path), 4096)
+
+
+def test_classic_mac_line_ends_are_named_in_the_error(tmp_path):
+    path = tmp_path / "mac.svm"
+    path.write_bytes(b"1 1:0.5\r-1 2:0.3\r")  # one line to the reader: "-1" reads as a feature
+    with pytest.raises(ValueError, match=r"line 1 \(it holds a \\r that ends no line: lines must end with \\n "
+                                         r"or \\r\\n\): malformed feature '-1'"):
+        LibsvmRows(str(path), 4096)

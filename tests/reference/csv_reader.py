@@ -36,7 +36,8 @@ def load_csv(path, label="last", header="auto", spec=""):
         raise ValueError(f"csv file {path!r} holds a header and no data rows")
     width = len(header) if header else len(lines[0][1])
     if width < 2:
-        raise ValueError(f"csv file {path!r} has {width} column; it needs at least one feature and a label")
+        raise ValueError(f"csv file {path!r} has {width} column; it needs at least one feature and a label, "
+                         f"separated by ',' (not ';' or a tab)")
     label_opt = label
     if label_opt == "last":
         label_col = width - 1
