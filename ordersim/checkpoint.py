@@ -117,6 +117,14 @@ class StopRequest:
             signal.signal(sig, signal.SIG_IGN)
 
 
+def discard_output(stream) -> None:
+    """Point ``stream``'s descriptor at /dev/null once its reader has gone (``| head``): what it
+    still buffers, and the interpreter's flush at exit, then go nowhere instead of failing again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+
+
 class StdoutWatch:
     """``sys.stdout`` of a run: when its reader goes away (``| head``), the run stops at the next
     epoch boundary with a checkpoint, as on SIGTERM, instead of dying mid-epoch with a
@@ -139,9 +147,7 @@ class StdoutWatch:
             self._closed()
 
     def _closed(self):
-        # the descriptor to /dev/null: what the stream still buffers, and the interpreter's
-        # flush at exit, then go nowhere instead of failing again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        discard_output(self._stream)
         if not self._stop.requested and self._stop.announce:
             print("ordersim: standard output closed (piped into head?): stopping at the next epoch "
                   "boundary with a checkpoint", file=sys.stderr, flush=True)

@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stdout.flush()  # a reader that left early (`| head`) shows here, not at the exit
                 return status
             except BrokenPipeError:  # the rest of the output is not wanted: no traceback
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit flushes again
+                from ordersim.checkpoint import discard_output
+
+                discard_output(sys.stdout)
                 return 1
         from ordersim.checkpoint import StdoutWatch, stop_request  # light: signal, os, pickle
 

@@ -28,6 +28,7 @@ pytest.importorskip("pandas")
 from conftest import ROOT  # noqa: E402
 from ordersim.analysis import stragglers, style  # noqa: E402
 from test_simulator import run_serial  # noqa: E402
+from test_stragglers import H  # noqa: E402
 
 CONFIG = str(ROOT / "runs" / "stragglers.toml")
 EXACT = ("wait-all", "gc-fr", "gc-cr")
@@ -67,10 +68,6 @@ def finals(files, target):
 
 def geomean(values):
     return math.exp(np.mean(np.log(list(values))))
-
-
-def H(n):
-    return sum(1.0 / i for i in range(1, n + 1))
 
 
 def test_step_times_per_scheme_are_the_documented_ones(unstable):
