@@ -294,6 +294,10 @@ class CsvRows:
         if width < 2:
             raise ValueError(f"{where} has {width} column; it needs at least one feature and a label, "
                              f"separated by ',' (not ';' or a tab)")
+        if names and names[0] == "":  # read as a feature, the row number would be one
+            raise ValueError(f"{where}: the header names no first column, as in the row index pandas' "
+                             f"to_csv writes; allowed: a name for every column (write the file with "
+                             f"index=False, or name the column if it is a feature)")
         self.label_column = self._label_column(label, names, spec)
         self.feature_names = [h for i, h in enumerate(names) if i != self.label_column] if names else None
 

@@ -105,6 +105,8 @@ BAD_FILES = [
     ("1,2,3\n4,1e999,5\n", {}),
     ("1,2,3\n4,5,1e999\n", {}),
     ("1,2,3\n4,0x10,5\n", {}),
+    (",a,label\n0,1.5,0\n1,2.5,1\n", {}),  # pandas' to_csv with its row index
+    ('"",a,label\n0,1.5,0\n', {"header": "yes", "label": "first"}),
 ]
 
 

@@ -369,6 +369,24 @@ def test_a_csv_label_name_that_names_two_columns_is_refused(tmp_path):
     np.testing.assert_array_equal(load_dataset(f"csv:{f}?label=1", standardize=False, intercept=False).y, [2, 4])
 
 
+def test_a_pandas_index_column_is_refused_not_read_as_a_feature(tmp_path):
+    """DataFrame.to_csv() writes the row index as an unnamed first column: read as a feature, the
+    row number would enter the model. It is refused; with index=False the same frame loads."""
+    import pandas  # the test extra has it
+    frame = pandas.DataFrame({"a": [0.5, 1.5, 2.5], "b": [1.0, 2.0, 3.0], "y": [0, 1, 1]})
+    f = tmp_path / "frame.csv"
+    frame.to_csv(f)
+    with pytest.raises(ValueError, match=r": the header names no first column, as in the row index pandas' "
+                                         r"to_csv writes; allowed: a name for every column \(write the file "
+                                         r"with index=False, or name the column if it is a feature\)$") as info:
+        load_dataset(f"csv:{f}")
+    assert str(f) in one_line(info)
+    frame.to_csv(f, index=False)
+    d = load_dataset(f"csv:{f}", standardize=False, intercept=False)
+    np.testing.assert_array_equal(d.X, frame[["a", "b"]].to_numpy())
+    assert d.info["feature_names"] == ["a", "b"]
+
+
 def test_a_csv_cell_that_is_not_finite_is_named_by_its_file_column(tmp_path):
     f = tmp_path / "first.csv"
     f.write_text("y,a,b\n1,2,3\n-1,,5\n")  # the same cell as "x" is named in the non-number error

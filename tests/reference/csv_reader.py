@@ -38,6 +38,10 @@ def load_csv(path, label="last", header="auto", spec=""):
     if width < 2:
         raise ValueError(f"csv file {path!r} has {width} column; it needs at least one feature and a label, "
                          f"separated by ',' (not ';' or a tab)")
+    if header and header[0] == "":
+        raise ValueError(f"csv file {path!r}: the header names no first column, as in the row index pandas' "
+                         f"to_csv writes; allowed: a name for every column (write the file with "
+                         f"index=False, or name the column if it is a feature)")
     label_opt = label
     if label_opt == "last":
         label_col = width - 1
