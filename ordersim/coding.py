@@ -143,8 +143,12 @@ class Scheme:
         self.load = 1
 
     # -- structure ------------------------------------------------------------------------------
+    def loads(self, first: int, steps: int) -> np.ndarray:
+        """(steps,) float64: the partitions a worker computes at steps first .. first+steps-1."""
+        return np.full(steps, float(self.load))
+
     def load_at(self, step: int) -> int:
-        return self.load
+        return int(self.loads(step, 1)[0])
 
     def partitions(self, worker: int) -> np.ndarray:
         """Partitions stored (and computed, unless pipelined) by ``worker``, in list order."""
@@ -437,8 +441,11 @@ class _Pipelined:
         self.offsets = offsets  # r_i
         self.load = 1
 
-    def load_at(self, step):
-        return self.s + 1 if step == 0 else 1
+    def loads(self, first, steps):
+        loads = np.ones(steps)
+        if first == 0 and steps:  # the fill
+            loads[0] = self.s + 1
+        return loads
 
     def stamps(self, step) -> np.ndarray:
         """(n_w, s+1), or (T, n_w, s+1) for an array of T steps: the step at which every worker

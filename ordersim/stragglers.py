@@ -445,8 +445,7 @@ class EpochClock:
         """(steps, n_w) arrival times at the server: compute time at each step's load (pipelined
         GC's step 0 has load s+1) plus the upload."""
         base, extra = self.model.draw(first, steps)
-        load = np.array([self.scheme.load_at(t) for t in range(first, first + steps)], dtype=np.float64)
-        return load[:, None] * base + extra + self.comm.time(8 * self.dim)
+        return self.scheme.loads(first, steps)[:, None] * base + extra + self.comm.time(8 * self.dim)
 
     def advance(self, first: int, steps: int) -> float:
         """Simulated time of steps first .. first+steps-1 (one epoch); returns their total."""

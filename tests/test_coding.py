@@ -117,6 +117,20 @@ def test_step_times_match_step(name):
     np.testing.assert_array_equal(scheme.step_times(T), times)
 
 
+@pytest.mark.parametrize("name", list(SCHEMES))
+def test_loads_are_the_partitions_a_worker_computes(name):
+    """A worker computes every partition it stores at each step, except in pipelined GC, where it
+    computes all of them at step 0 (the fill) and one list position at each later step."""
+    n, s = 6, 2
+    scheme = make_pure_scheme(name, n, s, seed=0)
+    (stored,) = {len(scheme.partitions(worker)) for worker in range(n)}
+    later = 1 if scheme.pipelined else stored
+    assert scheme.loads(0, 5).tolist() == [stored] + [later] * 4
+    assert scheme.loads(3, 4).tolist() == [later] * 4
+    assert scheme.loads(0, 0).shape == (0,)
+    assert [scheme.load_at(t) for t in range(5)] == scheme.loads(0, 5).tolist()
+
+
 def assert_same_bits(batched, per_step):
     assert batched.dtype == per_step.dtype and batched.shape == per_step.shape
     assert batched.tobytes() == per_step.tobytes()
