@@ -3,6 +3,7 @@
     load_runs(paths)                 -> pandas.DataFrame, one row per (file, run, measured epoch)
     load_run_arrays(path)            -> {"attrs": {...}, "runs": {(orderer, seed): {"attrs": {...}, name: array}}}
     load_orders(path, orderer, seed) -> int (E + 1, m, n) array of recorded visit orders
+    load_steps(path, orderer, seed)  -> {"steps/loss": array, "stragglers/step_time": array, ...}
 
 Problems with a file are never fatal when the data can still be read: they are reported with a
 ``TraceWarning`` naming the file and run, and collected as strings in ``df.attrs["notes"]``.
@@ -15,7 +16,7 @@ Problems with a file are never fatal when the data can still be read: they are r
   that do not apply, e.g. ``suboptimality`` of a nonconvex problem, are absent by design);
 - datasets shorter than ``epoch`` (a job killed between two writes) are padded with NaN;
 - rows after ``epochs_completed`` of a run that is not completed (written after the last flush the
-  writer confirmed: docs/trace-format.md) are dropped.
+  writer confirmed: docs/trace-format.md) are dropped, by every loader here.
 """
 
 from __future__ import annotations
@@ -317,23 +318,67 @@ def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
     return df
 
 
+def _run_group(f: h5py.File, path, orderer: str, seed: int) -> h5py.Group:
+    where = f"runs/{orderer}/seed_{seed}"
+    if where not in f:
+        known = [w for w, _ in _runs(f)]
+        raise KeyError(f"file {path} has no run {orderer}/seed_{seed}; runs: {', '.join(known) or 'none'}")
+    return f[where]
+
+
+def _confirmed_epochs(run: h5py.Group) -> int | None:
+    """epochs_completed of a run that did not complete, whose rows after it may be a failed
+    write's (docs/trace-format.md); None for a completed run (every row is its own)."""
+    attrs = run.attrs
+    if attrs.get("status") == "completed" or "epochs_completed" not in attrs:
+        return None
+    return int(attrs["epochs_completed"])
+
+
 def load_orders(path, orderer: str, seed: int) -> np.ndarray:
     """The recorded visit orders of run (orderer, seed): int32 (E + 1, m, n) for E trained epochs,
     ``orders[t]`` the order of epoch t+1 (the last, recorded after the last epoch, is the order an
-    epoch after it would have used).
+    epoch after it would have used). Of a run that did not complete, E is its epochs_completed.
 
     Raises KeyError naming the file when the run is absent or was run without --record-orders.
     The local example j of worker i is training example ``load_shards(path)[i, j]``.
     """
     with h5py.File(path, "r") as f:
-        where = f"runs/{orderer}/seed_{seed}"
-        if where not in f:
-            known = [w for w, _ in _runs(f)]
-            raise KeyError(f"file {path} has no run {orderer}/seed_{seed}; runs: {', '.join(known) or 'none'}")
-        if "orders" not in f[where]:
+        run = _run_group(f, path, orderer, seed)
+        if "orders" not in run:
             raise KeyError(f"run {orderer}/seed_{seed} in file {path} has no 'orders' "
                            "(the simulator records them with --record-orders)")
-        return f[where]["orders"][()]
+        confirmed = _confirmed_epochs(run)
+        return run["orders"][() if confirmed is None else slice(0, confirmed + 1)]
+
+
+def load_steps(path, orderer: str, seed: int) -> dict:
+    """The per-step datasets of run (orderer, seed), by their path in the run's group:
+    ``steps/epoch``, ``steps/step``, ``steps/loss`` (every K-th step, with --trace-every K) and
+    ``stragglers/step_time``, ``stragglers/responded`` (every step) and ``stragglers/coverage*``
+    (every epoch) of a run with a straggler model; {} for a run with none of them. Of a run that did
+    not complete, only the rows of its epochs_completed epochs (later rows may be a failed
+    write's). Raises KeyError naming the file when the run is absent."""
+    with h5py.File(path, "r") as f:
+        run = _run_group(f, path, orderer, seed)
+        data = {f"{group}/{name}": ds[()] for group in ("steps", "stragglers") if group in run
+                for name, ds in run[group].items() if isinstance(ds, h5py.Dataset)}
+        confirmed = _confirmed_epochs(run)
+        if confirmed is None:
+            return data
+        steps_per_epoch = -(-int(run.attrs["examples_per_worker"]) // int(run.attrs["batch"]))
+        if "steps/step" in data:
+            # the traced steps up to the confirmed epoch, while the steps increase (a row the kill
+            # left unwritten reads as step 0)
+            step, epoch = data["steps/step"], data["steps/epoch"][:len(data["steps/step"])]
+            ok = (epoch <= confirmed) & np.concatenate([[True], np.diff(step) > 0])
+            kept = len(step) if ok.all() else int(np.argmin(ok))
+        for name in data:
+            rows = (kept if name.startswith("steps/") else
+                    confirmed * steps_per_epoch if name in ("stragglers/step_time", "stragglers/responded")
+                    else confirmed)
+            data[name] = data[name][:rows]
+        return data
 
 
 def load_herding_sim(paths) -> "pandas.DataFrame":  # noqa: F821
@@ -388,4 +433,5 @@ def load_shards(path) -> np.ndarray:
 
 
 __all__ = ["NOT_SETTINGS", "TraceWarning", "always_written", "code_label", "load_herding_sim", "load_orders",
-           "load_run_arrays", "load_runs", "load_shards", "per_epoch_names", "setting_value", "varying_settings"]
+           "load_run_arrays", "load_runs", "load_shards", "load_steps", "per_epoch_names", "setting_value",
+           "varying_settings"]

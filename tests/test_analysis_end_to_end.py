@@ -1,13 +1,15 @@
 """Every analysis script on traces that the simulator and herding-sim write here (the synthetic
 traces of test_analysis.py pin the layout; these pin that the real writer matches it)."""
 
+import h5py
+import numpy as np
 import pytest
 
 pytest.importorskip("matplotlib")
 pytest.importorskip("pandas")
 
 from ordersim.analysis import convergence, fit, herding, herding_sim, scaling  # noqa: E402
-from ordersim.analysis.load import load_runs  # noqa: E402
+from ordersim.analysis.load import load_orders, load_runs, load_steps  # noqa: E402
 from test_analysis import written  # noqa: E402
 from test_simulator import run_serial  # noqa: E402
 
@@ -52,3 +54,40 @@ def test_herding_sim_figure_from_the_command(tmp_path):
     assert result.returncode == 0, result.stderr
     assert herding_sim.main([str(out), "--out", str(tmp_path), "--dpi", "60"]) == 0
     written(tmp_path, "herding_sim")
+
+
+def test_steps_and_orders_of_a_run_that_did_not_complete_stop_at_its_confirmed_epochs(tmp_path):
+    """load_steps and load_orders give what the simulator wrote; of a run that did not complete,
+    the rows of its epochs_completed epochs only. The finished trace is made that of a run killed
+    during epoch 2 (status interrupted, epochs_completed 1, and one more row of each traced-step
+    dataset, which reads as zeros as a row the kill left unwritten does)."""
+    out = tmp_path / "steps.h5"
+    result = run_serial(["--orderers", "rr", "--seeds", "0", "--epochs", "2", "--workers", "4",
+                         "--trace-every", "7", "--stragglers", "shifted-exp", "--coding", "gc-fr",
+                         "--coding-s", "1", "--record-orders", "--quiet", "--out", str(out)])
+    assert result.returncode == 0, result.stderr
+    with h5py.File(out) as f:
+        run = f["runs/rr/seed_0"]
+        written = {f"{group}/{name}": ds[()] for group in ("steps", "stragglers") for name, ds in run[group].items()}
+        orders = run["orders"][()]
+        steps_per_epoch = -(-int(run.attrs["examples_per_worker"]) // int(run.attrs["batch"]))
+    assert {"steps/loss", "stragglers/step_time", "stragglers/responded", "stragglers/coverage_min"} <= set(written)
+    steps = load_steps(out, "rr", 0)
+    assert steps.keys() == written.keys()
+    for name, values in written.items():
+        np.testing.assert_array_equal(steps[name], values)
+    np.testing.assert_array_equal(load_orders(out, "rr", 0), orders)
+
+    with h5py.File(out, "r+") as f:
+        run = f["runs/rr/seed_0"]
+        run.attrs["status"], run.attrs["epochs_completed"] = "interrupted", 1
+        for name in ("steps/epoch", "steps/step", "steps/loss"):
+            run[name].resize(len(run[name]) + 1, axis=0)
+    steps = load_steps(out, "rr", 0)
+    first = written["steps/epoch"] == 1
+    for name in ("steps/epoch", "steps/step", "steps/loss"):
+        np.testing.assert_array_equal(steps[name], written[name][first])
+    for name in ("stragglers/step_time", "stragglers/responded"):
+        np.testing.assert_array_equal(steps[name], written[name][:steps_per_epoch])
+    np.testing.assert_array_equal(steps["stragglers/coverage_min"], written["stragglers/coverage_min"][:1])
+    np.testing.assert_array_equal(load_orders(out, "rr", 0), orders[:2])
