@@ -31,6 +31,7 @@ import numpy as np
 from ordersim import coding
 from ordersim.analysis import style
 from ordersim.analysis.convergence import LABELS
+from ordersim.analysis.load import load_steps
 
 # The coding schemes in the registry's order (ordersim.coding.SCHEMES), which the tables and the
 # legends follow.
@@ -48,14 +49,14 @@ def step_times(files) -> "pandas.DataFrame":  # noqa: F821
     rows = []
     for path in files:
         with h5py.File(path, "r") as f:
-            for orderer, seeds in f.get("runs", {}).items():
-                for name, run in seeds.items():
-                    if "stragglers/step_time" not in run:
-                        continue
-                    t = run["stragglers/step_time"][()]
-                    rows.append(dict(file=str(path), orderer=orderer, seed=name, coding=run.attrs["coding"],
-                                     coding_s=int(run.attrs["coding_s"]), step_time=float(t.mean()),
-                                     steps=len(t)))
+            runs = [(orderer, name, dict(run.attrs)) for orderer, seeds in f.get("runs", {}).items()
+                    for name, run in seeds.items() if "stragglers/step_time" in run]
+        for orderer, name, attrs in runs:
+            # a run that did not complete: its confirmed epochs' steps only
+            t = load_steps(path, orderer, int(name.removeprefix("seed_")))["stragglers/step_time"]
+            rows.append(dict(file=str(path), orderer=orderer, seed=name, coding=attrs["coding"],
+                             coding_s=int(attrs["coding_s"]), step_time=float(t.mean()) if len(t) else np.nan,
+                             steps=len(t)))
     if not rows:
         raise SystemExit("stragglers: no run with a straggler model (stragglers/step_time) in the files")
     return pd.DataFrame(rows)

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("matplotlib")
 pytest.importorskip("pandas")
 
-from ordersim.analysis import convergence, fit, herding, herding_sim, scaling  # noqa: E402
+from ordersim.analysis import convergence, fit, herding, herding_sim, scaling, stragglers  # noqa: E402
 from ordersim.analysis.load import load_orders, load_runs, load_steps  # noqa: E402
 from test_analysis import written  # noqa: E402
 from test_simulator import run_serial  # noqa: E402
@@ -91,3 +91,6 @@ def test_steps_and_orders_of_a_run_that_did_not_complete_stop_at_its_confirmed_e
         np.testing.assert_array_equal(steps[name], written[name][:steps_per_epoch])
     np.testing.assert_array_equal(steps["stragglers/coverage_min"], written["stragglers/coverage_min"][:1])
     np.testing.assert_array_equal(load_orders(out, "rr", 0), orders[:2])
+    (times,) = stragglers.step_times([out]).itertuples()  # the script's step-time panel and table
+    assert times.steps == steps_per_epoch
+    assert times.step_time == written["stragglers/step_time"][:steps_per_epoch].mean()
