@@ -396,7 +396,13 @@ def report_once(line: str) -> None:
 
 class OneLineParser(argparse.ArgumentParser):
     """An argparse parser whose usage errors are one line (not the whole usage, dozens of lines),
-    printed by rank 0 only; every rank exits with 2."""
+    printed by rank 0 only; every rank exits with 2. Options are spelled in full: an abbreviation
+    (`--epoch` for --epochs) is an unknown option, so that a typo is not read as another option
+    and an option added later does not change what a job script's flags mean."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         report_once(f"{self.prog}: error: {message} (--help explains every option)")

@@ -19,7 +19,8 @@ def ordersim(args, cwd):
 def test_every_command_has_help_and_refuses_a_misspelled_option_in_one_line(command, tmp_path):
     """`orderers --help` printed the listing (and `orderers --bogus` was ignored); sweep and warm,
     which take every config flag, printed 35 lines of usage above the error: now --help explains
-    each command and a misspelled option is one line naming it, exit 2, as for `run`."""
+    each command and a misspelled option is one line naming it, exit 2, as for `run`; so is an
+    abbreviated one (argparse read `--hel` as --help)."""
     prog = f"python -m ordersim {'[run]' if command == 'run' else command}"
     result = ordersim([command, "--help"], cwd=tmp_path)
     assert result.returncode == 0 and result.stdout.startswith(f"usage: {prog} "), result.stdout
@@ -29,6 +30,8 @@ def test_every_command_has_help_and_refuses_a_misspelled_option_in_one_line(comm
     [line] = result.stderr.splitlines()
     assert line.startswith(f"{prog}: error: unrecognized arguments: --bogus"), line
     assert line.endswith("(--help explains every option)")
+    result = ordersim([command, *required, "--hel"], cwd=tmp_path)  # an abbreviation is no option either
+    assert result.returncode == 2 and result.stderr.startswith(f"{prog}: error: unrecognized arguments: --hel")
     assert not list(tmp_path.iterdir())
 
 
