@@ -267,7 +267,27 @@ def read_toml(path: str) -> dict:
     if unknown:
         raise ConfigError(f"config file {path!r}: unknown field(s) {', '.join(unknown)}; "
                           f"known fields: {', '.join(FIELDS)}")
+    _refuse_quoted_scalars(path, raw)
     return raw
+
+
+def _refuse_quoted_scalars(path: str, table: dict, prefix: str = "") -> None:
+    """A TOML string where a field takes a number or a boolean (epochs = "2") is refused: TOML has
+    those types, and a quoted value is more often a slip (lr = "1e-3 ") than meant. Flags are
+    text by nature and keep their conversion. Also in [sweep], [quick] and [quick.sweep]."""
+    for name, value in table.items():
+        if name in ("sweep", "quick") and isinstance(value, dict):
+            _refuse_quoted_scalars(path, value, f"{prefix}{name}.")
+            continue
+        f = FIELDS.get(name)
+        allowed = {int: "an integer", float: "a number", bool: "true or false"}.get(f and f.type)
+        if allowed is None:
+            continue
+        listed = prefix.endswith("sweep.") and isinstance(value, list)  # a sweep axis lists values
+        for item in value if listed else [value]:
+            if isinstance(item, str):
+                raise ConfigError(f"config file {path!r}: field '{prefix}{name}' is the string {item!r}; "
+                                  f"allowed: {allowed}, written without quotes")
 
 
 def build_config(values: dict) -> Config:

@@ -419,3 +419,18 @@ def test_a_config_that_is_not_utf8_text_is_one_line(tmp_path):
     config = tmp_path / "binary.toml"
     config.write_bytes(b"\xff\xfe\x00epochs = 1\n")
     one_line_error(run_serial(["run", str(config)], timeout=60), "is not valid TOML")
+
+
+@pytest.mark.parametrize("toml, words", [
+    ('epochs = "2"\n', ["field 'epochs' is the string '2'", "allowed: an integer, written without quotes"]),
+    ('lr = "1e-3 "\n', ["field 'lr' is the string '1e-3 '", "allowed: a number"]),
+    ('epochs = 1\n[sweep]\nrecord_orders = [true, "false"]\n', ["field 'sweep.record_orders'", "'false'", "true or false"]),
+    ('epochs = 1\n[quick]\nbatch = "4"\n', ["field 'quick.batch'", "'4'"]),
+])
+def test_a_quoted_number_in_a_config_file_is_refused(tmp_path, toml, words):
+    """TOML has numbers and booleans: a quoted one (a slip, "1e-3 " with its space) was converted;
+    it is one line naming the field, before any compute."""
+    config = tmp_path / "quoted.toml"
+    config.write_text(f'out = "{tmp_path / "x.h5"}"\n' + toml)
+    one_line_error(run_serial(["run", str(config), "--dry-run"], timeout=60), *words)
+    assert not (tmp_path / "x.h5").exists()
