@@ -370,9 +370,10 @@ def load_steps(path, orderer: str, seed: int) -> dict:
         if "steps/step" in data:
             # the traced steps up to the confirmed epoch, while the steps increase (a row the kill
             # left unwritten reads as step 0)
-            step, epoch = data["steps/step"], data["steps/epoch"][:len(data["steps/step"])]
+            length = min(len(data[name]) for name in data if name.startswith("steps/"))
+            step, epoch = data["steps/step"][:length], data["steps/epoch"][:length]
             ok = (epoch <= confirmed) & np.concatenate([[True], np.diff(step) > 0])
-            kept = len(step) if ok.all() else int(np.argmin(ok))
+            kept = length if ok.all() else int(np.argmin(ok))
         for name in data:
             rows = (kept if name.startswith("steps/") else
                     confirmed * steps_per_epoch if name in ("stragglers/step_time", "stragglers/responded")
