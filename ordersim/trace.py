@@ -161,6 +161,9 @@ class TraceWriter:
                     else:
                         del group[name]
                 group.attrs["epochs_completed"] = int(group["epoch"][-1])
+                # the run may have finished after the checkpoint (a kill later, in the next run):
+                # cut back, it is unfinished again until it finishes anew
+                group.attrs["status"] = "interrupted"
         writer.committed = "the runs up to the checkpoint"
         writer.commit()
         return writer

@@ -72,3 +72,22 @@ def test_a_run_resumed_in_the_middle_of_a_chunk_keeps_the_rows_before_the_cut(tm
         np.testing.assert_array_equal(group["orders"][()], np.concatenate([orders[:3], orders[3:] + 1000]))
         assert group.attrs["epochs_completed"] == 60
         assert json.loads(f.attrs["resumes"]) == [dict(time="t1", git_commit="abc")]
+
+
+def test_a_run_that_finished_after_the_checkpoint_is_interrupted_again_once_cut_back(tmp_path):
+    """A job killed after a run finished but before the next checkpoint: --resume cuts that run
+    back to the (earlier, periodic) checkpoint, and until it finishes again the trace must say
+    `interrupted`, or a second kill leaves a run marked `completed` that lacks its last epochs."""
+    path = str(tmp_path / "t.h5")
+    writer = TraceWriter(path, {"config": "{}"})
+    run = writer.start_run("rr", 0, {}, appends=6)
+    for epoch in range(6):
+        run.append_epoch(epoch_record(epoch))
+    run.finish("completed")
+    writer.file.close()  # killed in the next run, before its first checkpoint
+    writer = TraceWriter.reopen(path, [], ("rr", 0), dict(epoch=4, train_loss=4, wall_time=4), dict(time="t1"))
+    writer.file.close()  # killed again, before the cut-back run finished
+    with h5py.File(path, "r") as f:
+        group = f["runs/rr/seed_0"]
+        assert group.attrs["epochs_completed"] == 3
+        assert group.attrs["status"] == "interrupted"
