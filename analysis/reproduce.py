@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ordersim.checkpoint import EXIT_CHECKPOINTED
+from ordersim.stop import EXIT_CHECKPOINTED
 from ordersim.config import OneLineParser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,7 +178,7 @@ def command(name: str, values: dict, quick_flag: list[str], out: str) -> list[st
 def run_in_process(argv: list[str]) -> int:
     """`python -m ordersim run ARGV` in this process; the run's signal handlers (a stop at the next
     epoch) are undone afterwards, so that a signal between runs ends reproduce as it would."""
-    from ordersim.checkpoint import SIGNALS
+    from ordersim.stop import SIGNALS
     from ordersim.runner import main as run_main
 
     saved = {sig: signal.getsignal(sig) for sig in SIGNALS}

@@ -16,7 +16,7 @@ from contextlib import contextmanager, nullcontext
 import numpy as np
 
 from ordersim import aligned
-from ordersim.checkpoint import EXIT_INTERRUPTED
+from ordersim.stop import EXIT_INTERRUPTED
 from ordersim.stall import EXIT_STALLED, Stalled, Watchdog, abort_job
 
 
@@ -435,7 +435,7 @@ def abort_on_exception(comm, func, *args):
         print(stalled, file=sys.stderr, flush=True)
         abort_job(comm, EXIT_STALLED)
         raise SystemExit(EXIT_STALLED)
-    except KeyboardInterrupt:  # a second Ctrl-C (ordersim.checkpoint.StopRequest): one line
+    except KeyboardInterrupt:  # a second Ctrl-C (ordersim.stop.StopRequest): one line
         print(f"ordersim: interrupted by a second Ctrl-C: no checkpoint; the trace keeps every "
               f"completed epoch (exit {EXIT_INTERRUPTED})", file=sys.stderr, flush=True)
         if comm is not None and comm.Get_size() > 1:

@@ -47,6 +47,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ordersim: error: unknown command {argv[0]!r}; commands: {', '.join(COMMANDS)}",
               file=sys.stderr)
         return 2
+    stop = None
+    if argv[0] == "run":
+        # SIGTERM/SIGUSR1/SIGINT handled from before any import that takes time (the config's
+        # modules, NumPy, Numba, MPI: a tenth of a second to seconds) to the exit: a signal at any
+        # moment stops the run cleanly (exit 3), never kills it; so does a closed stdout
+        from ordersim.stop import stop_request  # light: signal, os, sys, threading
+
+        stop = stop_request()
     from ordersim.config import launcher_size, report_once  # light: the standard library
 
     if argv[0] in SERIAL_COMMANDS and launcher_size() > 1:
@@ -73,16 +81,12 @@ def main(argv: list[str] | None = None) -> int:
                 sys.stdout.flush()  # a reader that left early (`| head`) shows here, not at the exit
                 return status
             except BrokenPipeError:  # the rest of the output is not wanted: no traceback
-                from ordersim.checkpoint import discard_output
+                from ordersim.stop import discard_output
 
                 discard_output(sys.stdout)
                 return 1
-        from ordersim.checkpoint import StdoutWatch, stop_request  # light: signal, os, pickle
+        from ordersim.stop import StdoutWatch
 
-        # SIGTERM/SIGUSR1/SIGINT handled from before the heavy imports (NumPy, Numba, MPI: seconds)
-        # to the exit: a signal at any moment stops the run cleanly (exit 3), never kills it; so
-        # does a closed stdout
-        stop = stop_request()
         watched, sys.stdout = sys.stdout, StdoutWatch(sys.stdout, stop)
         try:
             return getattr(importlib.import_module(module), function)(argv[1:])

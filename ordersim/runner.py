@@ -10,13 +10,14 @@ import time
 from ordersim import backend as backend_module
 from ordersim.backend import (INSTALL_MPI, MPIBackend, MPIUnavailable, SerialBackend,
                               abort_on_exception, world)
-from ordersim.checkpoint import EXIT_CHECKPOINTED, CheckpointError, checkpoint_path, stop_request
+from ordersim.checkpoint import CheckpointError, checkpoint_path
 from ordersim.checkpoint import load as load_checkpoint
 from ordersim.cli import commands_help
 from ordersim.config import (SIGNAL_GRACE_SECONDS, ConfigError, OneLineParser, add_arguments,
                              build_config, check_fields, overrides_from_args)
 from ordersim.output import OutputLock, input_files, same_file
 from ordersim.stall import EXIT_STALLED
+from ordersim.stop import EXIT_CHECKPOINTED, stop_request
 from ordersim.sweep import Cell, config_cells, select_cell
 from ordersim.trace import EXIT_TRACE_WRITE, TraceWriteError
 from ordersim.warm import warm_node_first

@@ -23,13 +23,14 @@ from ordersim.data import open_dataset, partition, streamed_source
 from ordersim.measurements import run_measurements
 from ordersim.measurements.base import RunView, read_only, values_error
 from ordersim.backend import SerialBackend
-from ordersim.checkpoint import (CheckpointError, StopRequest, checkpoint_path, discard, layout_mismatch,
-                                 new_run_id, normalized, remove_temporaries)
+from ordersim.checkpoint import (CheckpointError, checkpoint_path, discard, layout_mismatch, new_run_id,
+                                 normalized, remove_temporaries)
 from ordersim.checkpoint import save as save_checkpoint
 from ordersim.compile_notice import compile_notice
 from ordersim.config import Config, ConfigError, check_fields  # noqa: F401  (check_fields: the set-up's first step)
 from ordersim.orderers import build_orderer
 from ordersim.orderers._projection import project_rows
+from ordersim.stop import StopRequest
 from ordersim.streams import stream
 from ordersim.stragglers import clock_from_config
 from ordersim.trace import NoTrace, TraceWriter, utc_now

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 import numpy as np
 from numba import njit
 
-from ordersim.checkpoint import SIGNALS
+from ordersim.stop import SIGNALS
 from ordersim.config import SIGNAL_GRACE_SECONDS
 from ordersim.jit_clock import python_seconds
 

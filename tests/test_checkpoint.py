@@ -21,6 +21,7 @@ from test_simulator import assert_bitwise_equal, contents, open_when_released, r
 
 from ordersim import checkpoint
 from ordersim.orderers import available_orderers, orderer_class
+from ordersim.stop import EXIT_CHECKPOINTED, EXIT_INTERRUPTED, StopRequest
 
 ARGS = ["--epochs", "8", "--orderers", "rr", "cd-grab", "d-grab", "--seeds", "0", "1", "--workers",
         "4", "--batch", "2", "--momentum", "0.5", "--record-orders", "--trace-every", "7"]
@@ -58,7 +59,7 @@ def test_resumed_run_is_bitwise_identical_to_uninterrupted(uninterrupted, tmp_pa
     command = [sys.executable, "-m", "ordersim", *ARGS, "--out", str(out)]
     for i, (marker, sig) in enumerate(stops):
         code, err = stop_after(command + (["--resume"] if i else []), marker, sig)
-        assert code == checkpoint.EXIT_CHECKPOINTED, err
+        assert code == EXIT_CHECKPOINTED, err
         assert f"--resume --out {out}" in err, err  # the message names the file to resume
         assert f"ordersim: stopped by {sig.name}; checkpoint " in err, err
         assert ("Ctrl-C again to stop now" in err) == (sig == signal.SIGINT), err
@@ -81,13 +82,13 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line(capsys):
     In process: two SIGINTs sent to a child within one jitted epoch reach Python as one."""
     from ordersim.backend import abort_on_exception
 
-    stop = checkpoint.StopRequest.__new__(checkpoint.StopRequest)  # its handler, without installing it
+    stop = StopRequest.__new__(StopRequest)  # its handler, without installing it
     stop.signal_name, stop.announce, stop.interrupts = None, True, 0
     stop._handle(signal.SIGINT, None)
     assert stop.requested and "Ctrl-C again to stop now" in capsys.readouterr().err
     with pytest.raises(SystemExit) as ended:
         abort_on_exception(None, stop._handle, signal.SIGINT, None)
-    assert ended.value.code == checkpoint.EXIT_INTERRUPTED == 130
+    assert ended.value.code == EXIT_INTERRUPTED == 130
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "interrupted by a second Ctrl-C" in err and "Traceback" not in err, err
 
@@ -112,7 +113,7 @@ def test_mpi_run_stopped_by_signal_resumes_bitwise_identically(uninterrupted, tm
     out = tmp_path / "mpi.h5"
     command = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "ordersim", *ARGS, "--out", str(out)]
     code, err = stop_after(command, "[cd-grab seed 0] epoch   3/", signal.SIGUSR1)
-    assert code == checkpoint.EXIT_CHECKPOINTED, err
+    assert code == EXIT_CHECKPOINTED, err
     exchange = ["--exchange", "allgather"] if ranks == 4 else []
     result = subprocess.run(command + ["--resume", "--quiet", *exchange], cwd=ROOT, capture_output=True,
                             text=True, timeout=300)
@@ -124,7 +125,7 @@ def test_resume_refuses_a_different_config(tmp_path):
     out = tmp_path / "a.h5"
     command = [sys.executable, "-m", "ordersim", *ARGS, "--out", str(out)]
     code, err = stop_after(command, "epoch   2/", signal.SIGUSR1)
-    assert code == checkpoint.EXIT_CHECKPOINTED, err
+    assert code == EXIT_CHECKPOINTED, err
     result = run_serial([*ARGS, "--lr", "0.01", "--resume", "--out", str(out)])
     assert result.returncode == 2
     assert "lr" in result.stderr and len(result.stderr.strip().splitlines()) == 1
@@ -204,7 +205,7 @@ def stopped(tmp_path_factory):
     out = tmp_path_factory.mktemp("stopped") / "s.h5"
     code, err = stop_after([sys.executable, "-m", "ordersim", *ARGS, "--out", str(out)],
                            "[rr seed 1] epoch   3/", signal.SIGUSR1)
-    assert code == checkpoint.EXIT_CHECKPOINTED, err
+    assert code == EXIT_CHECKPOINTED, err
     return out
 
 
@@ -401,7 +402,7 @@ def test_signals_repeated_through_the_shutdown_still_exit_3(uninterrupted, tmp_p
     finally:
         proc.kill()
         proc.wait()
-    assert proc.returncode == checkpoint.EXIT_CHECKPOINTED and repeats > 1
+    assert proc.returncode == EXIT_CHECKPOINTED and repeats > 1
     result = run_serial([*ARGS, "--quiet", "--resume", "--out", str(out)])
     assert result.returncode == 0, result.stderr
     assert_bitwise_equal(uninterrupted, contents(out))
@@ -430,11 +431,35 @@ def test_a_signal_at_the_start_stops_before_the_first_epoch(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    assert proc.returncode == checkpoint.EXIT_CHECKPOINTED, stderr
+    assert proc.returncode == EXIT_CHECKPOINTED, stderr
     stopped = [line for line in stderr.splitlines() if "stopped by SIGTERM" in line]
     assert len(stopped) == 1 and "during the set-up" in stopped[0], stderr
     assert "--resume starts from the beginning" in stopped[0]
     assert not out.exists() and not os.path.exists(checkpoint.checkpoint_path(str(out)))
+
+
+def test_the_handlers_are_installed_before_numpy_and_the_other_heavy_imports():
+    """`run` must catch the signals before anything slow is imported: importing NumPy (through
+    ordersim.checkpoint) took about 0.1 s here, and seconds from a cold network file system, and a
+    SIGTERM then killed the run (exit -15) where it should stop it (exit 3)."""
+    code = textwrap.dedent("""
+        import signal, sys
+        real, seen = signal.signal, []
+        def spy(sig, handler):
+            if sig == signal.SIGTERM and not seen:
+                seen.append(sorted(m for m in ("numpy", "numba", "h5py", "mpi4py", "tomllib") if m in sys.modules))
+            return real(sig, handler)
+        signal.signal = spy
+        from ordersim.cli import main
+        try:
+            main(["run", "--help"])
+        except SystemExit:
+            pass
+        print("heavy modules when the handlers were installed:", seen[0] if seen else "never installed")
+    """)
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+    assert result.stdout.splitlines()[-1].endswith(": []"), result.stdout[-500:] + result.stderr
 
 
 SLOW_PROBLEM = textwrap.dedent('''
@@ -460,7 +485,7 @@ def test_a_signal_during_a_long_set_up_stops_at_its_next_phase(tmp_path):
     out = tmp_path / "setup.h5"
     code, err = stop_after([sys.executable, "-m", "ordersim", *ARGS, "--problem", str(module),
                             "--out", str(out)], "building the problem", signal.SIGUSR1)
-    assert code == checkpoint.EXIT_CHECKPOINTED, err
+    assert code == EXIT_CHECKPOINTED, err
     assert "stopped by SIGUSR1 during the set-up (opening the data and building the problem)" in err
     assert not out.exists() and not os.path.exists(checkpoint.checkpoint_path(str(out)))
 
@@ -474,7 +499,7 @@ def test_a_closed_stdout_stops_the_run_with_a_checkpoint(uninterrupted, tmp_path
     assert proc.stdout.readline()
     proc.stdout.close()
     err = proc.stderr.read()
-    assert proc.wait(timeout=300) == checkpoint.EXIT_CHECKPOINTED, err
+    assert proc.wait(timeout=300) == EXIT_CHECKPOINTED, err
     assert "Traceback" not in err and "standard output closed" in err, err
     result = run_serial([*ARGS, "--quiet", "--resume", "--out", str(out)])
     assert result.returncode == 0, result.stderr

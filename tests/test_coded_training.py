@@ -15,11 +15,11 @@ from conftest import ROOT, run_mpi
 from test_coding import PIPELINED, reference_pipelined_step
 from test_simulator import assert_bitwise_equal, contents, run_serial
 
-from ordersim import checkpoint
 from ordersim.backend import SerialBackend
 from ordersim.coding import make_scheme
 from ordersim.config import ConfigError, build_config
 from ordersim.simulate import Run, check_fields, prepare
+from ordersim.stop import EXIT_CHECKPOINTED
 from ordersim.stragglers import CommModel, make_straggler_model
 from reference.coding import Stepper
 
@@ -172,7 +172,7 @@ def test_resume_of_a_coded_run_is_bitwise_identical(tmp_path, coding):
             break
     proc.stdout.read()
     err = proc.stderr.read()
-    assert proc.wait(timeout=300) == checkpoint.EXIT_CHECKPOINTED, err
+    assert proc.wait(timeout=300) == EXIT_CHECKPOINTED, err
     resumed = run_serial([*args, "--resume", "--out", str(stopped)])
     assert resumed.returncode == 0, resumed.stderr
     assert_bitwise_equal(contents(full), contents(stopped))

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from ordersim.backend import MPIBackend
-from ordersim.checkpoint import SIGNALS, StopRequest, checkpoint_path, load
+from ordersim.checkpoint import checkpoint_path, load
 from ordersim.config import build_config
 from ordersim.runner import broadcast_resume
 from ordersim.simulate import (Checkpointed, Run, check_fields, checkpoint_if_due, learning_rate, prepare,
                                resume_run, run_plan)
+from ordersim.stop import SIGNALS, StopRequest
 
 # d-grab: every rank's orderer holds the state of its own workers only
 VALUES = dict(data="synthetic:classification?n=240&d=5", workers=4, batch=2, epochs=3,
