@@ -382,6 +382,11 @@ def load_steps(path, orderer: str, seed: int) -> dict:
         return data
 
 
+# load_herding_sim's columns, in this order (docs/analysis.md)
+HERDING_SIM_COLUMNS = ("file", "workers", "examples_per_worker", "orderer", "seed", "dim", "batch", "norm",
+                       "round", "herding")
+
+
 def load_herding_sim(paths) -> "pandas.DataFrame":  # noqa: F821
     """Files of ``python -m ordersim herding-sim`` (docs/herding_sim.md) as a tidy table.
 
@@ -413,12 +418,11 @@ def load_herding_sim(paths) -> "pandas.DataFrame":  # noqa: F821
                 for name, ds in group.items():
                     a = {**config, **_attrs(group), **_attrs(ds)}
                     values = ds[()]
-                    columns = {"file": str(path), "orderer": a.get("orderer", name),
-                               **{k: a.get(k) for k in ("workers", "examples_per_worker", "seed", "dim", "batch")},
-                               "norm": a.get("norm", "inf"), "round": np.arange(len(values)), "herding": values}
-                    frames.append(pd.DataFrame(columns))
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["file", "workers", "examples_per_worker", "orderer", "seed", "round", "herding"])
+                    columns = {**{k: a.get(k) for k in HERDING_SIM_COLUMNS}, "file": str(path),
+                               "orderer": a.get("orderer", name), "norm": a.get("norm", "inf"),
+                               "round": np.arange(len(values)), "herding": values}
+                    frames.append(pd.DataFrame({k: columns[k] for k in HERDING_SIM_COLUMNS}))
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(HERDING_SIM_COLUMNS))
     _note_code_states(states, notes)
     df.attrs["code_states"] = states
     df.attrs["notes"] = notes.emit()

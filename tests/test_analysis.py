@@ -550,3 +550,21 @@ def test_herding_sim_loader_reads_every_cell(tmp_path):
     df = load_herding_sim(herding_sim_file(tmp_path / "hs.h5", rounds=4))
     assert len(df) == 2 * 3 * 5 and set(df.workers) == {2, 4} and set(df.examples_per_worker) == {32, 16}
     assert (df.groupby(["workers", "orderer"])["round"].max() == 4).all()
+
+
+def test_herding_sim_loader_columns_in_the_documented_order(tmp_path):
+    """docs/analysis.md: load_herding_sim returns (file, workers, examples_per_worker, orderer, seed,
+    dim, batch, norm, round, herding), with files and without (a run trace only: an empty table)."""
+    from ordersim.analysis.load import TraceWarning, load_herding_sim
+
+    documented = ["file", "workers", "examples_per_worker", "orderer", "seed", "dim", "batch", "norm",
+                  "round", "herding"]
+    doc = " ".join((Path(__file__).parents[1] / "docs" / "analysis.md").read_text().split())
+    assert "as a table (" + ", ".join(documented) + ")" in doc
+    assert list(load_herding_sim(herding_sim_file(tmp_path / "hs.h5", rounds=2)).columns) == documented
+    run_trace = tmp_path / "run.h5"
+    with h5py.File(run_trace, "w") as f:
+        f.attrs["ordersim_version"] = "0.1.0"
+    with pytest.warns(TraceWarning, match="not a herding-sim file"):
+        empty = load_herding_sim(run_trace)
+    assert empty.empty and list(empty.columns) == documented
