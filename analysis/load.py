@@ -164,9 +164,7 @@ def _read_run(run: h5py.Group, path: str, where: str, file_attrs: dict, expected
         # be those of a failed write (docs/trace-format.md). Cut before padding, so that a dataset
         # the kill left one row short is not reported padded for a row that is dropped anyway
         # the prefix of increasing epochs up to it (a row the kill left unwritten reads as epoch 0)
-        epochs = data["epoch"]
-        ok = (epochs <= confirmed) & np.concatenate([[True], np.diff(epochs) > 0])
-        kept = length if ok.all() else int(np.argmin(ok))
+        kept = _confirmed_rows(data["epoch"], data["epoch"], confirmed)
         if kept < length:
             notes.add(f"run {where} in file {path}: dropped {length - kept} row(s) after "
                       f"epochs_completed = {confirmed} (status '{status}': written after the last "
@@ -318,6 +316,14 @@ def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
     return df
 
 
+def _confirmed_rows(epochs: np.ndarray, counter: np.ndarray, confirmed: int) -> int:
+    """How many leading rows belong to the first `confirmed` epochs: those up to the first whose
+    epoch is later or whose `counter` (epoch or step) does not increase, as a row a kill left
+    unwritten reads 0."""
+    ok = (epochs <= confirmed) & np.concatenate([[True], np.diff(counter) > 0])
+    return len(ok) if ok.all() else int(np.argmin(ok))
+
+
 def _run_group(f: h5py.File, path, orderer: str, seed: int) -> h5py.Group:
     where = f"runs/{orderer}/seed_{seed}"
     if where not in f:
@@ -352,8 +358,9 @@ def load_orders(path, orderer: str, seed: int) -> np.ndarray:
         return run["orders"][() if confirmed is None else slice(0, confirmed + 1)]
 
 
-def load_steps(path, orderer: str, seed: int) -> dict:
-    """The per-step datasets of run (orderer, seed), by their path in the run's group:
+def load_steps(path, orderer: str, seed: int, names=None) -> dict:
+    """The per-step datasets of run (orderer, seed), by their path in the run's group (only
+    those in ``names``, if given):
     ``steps/epoch``, ``steps/step``, ``steps/loss`` (every K-th step, with --trace-every K) and
     ``stragglers/step_time``, ``stragglers/responded`` (every step) and ``stragglers/coverage*``
     (every epoch) of a run with a straggler model; {} for a run with none of them. Of a run that did
@@ -361,25 +368,20 @@ def load_steps(path, orderer: str, seed: int) -> dict:
     write's). Raises KeyError naming the file when the run is absent."""
     with h5py.File(path, "r") as f:
         run = _run_group(f, path, orderer, seed)
-        data = {f"{group}/{name}": ds[()] for group in ("steps", "stragglers") if group in run
-                for name, ds in run[group].items() if isinstance(ds, h5py.Dataset)}
+        found = [f"{group}/{name}" for group in ("steps", "stragglers") if group in run
+                 for name, ds in run[group].items() if isinstance(ds, h5py.Dataset)]
         confirmed = _confirmed_epochs(run)
         if confirmed is None:
-            return data
+            return {name: run[name][()] for name in found if names is None or name in names}
         steps_per_epoch = -(-int(run.attrs["examples_per_worker"]) // int(run.attrs["batch"]))
-        if "steps/step" in data:
-            # the traced steps up to the confirmed epoch, while the steps increase (a row the kill
-            # left unwritten reads as step 0)
-            length = min(len(data[name]) for name in data if name.startswith("steps/"))
-            step, epoch = data["steps/step"][:length], data["steps/epoch"][:length]
-            ok = (epoch <= confirmed) & np.concatenate([[True], np.diff(step) > 0])
-            kept = length if ok.all() else int(np.argmin(ok))
-        for name in data:
-            rows = (kept if name.startswith("steps/") else
-                    confirmed * steps_per_epoch if name in ("stragglers/step_time", "stragglers/responded")
-                    else confirmed)
-            data[name] = data[name][:rows]
-        return data
+        traced = 0  # the traced steps of the confirmed epochs (all three datasets are appended together)
+        if {"steps/epoch", "steps/step"} <= set(found):
+            length = min(len(run[name]) for name in found if name.startswith("steps/"))
+            traced = _confirmed_rows(run["steps/epoch"][:length], run["steps/step"][:length], confirmed)
+        rows = {"stragglers/step_time": confirmed * steps_per_epoch,
+                "stragglers/responded": confirmed * steps_per_epoch}
+        return {name: run[name][:traced if name.startswith("steps/") else rows.get(name, confirmed)]
+                for name in found if names is None or name in names}
 
 
 # load_herding_sim's columns, in this order (docs/analysis.md)

@@ -53,7 +53,8 @@ def step_times(files) -> "pandas.DataFrame":  # noqa: F821
                     for name, run in seeds.items() if "stragglers/step_time" in run]
         for orderer, name, attrs in runs:
             # a run that did not complete: its confirmed epochs' steps only
-            t = load_steps(path, orderer, int(name.removeprefix("seed_")))["stragglers/step_time"]
+            t = load_steps(path, orderer, int(name.removeprefix("seed_")),
+                           names=["stragglers/step_time"])["stragglers/step_time"]
             rows.append(dict(file=str(path), orderer=orderer, seed=name, coding=attrs["coding"],
                              coding_s=int(attrs["coding_s"]), step_time=float(t.mean()) if len(t) else np.nan,
                              steps=len(t)))

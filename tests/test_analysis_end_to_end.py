@@ -91,6 +91,9 @@ def test_steps_and_orders_of_a_run_that_did_not_complete_stop_at_its_confirmed_e
         np.testing.assert_array_equal(steps[name], written[name][:steps_per_epoch])
     np.testing.assert_array_equal(steps["stragglers/coverage_min"], written["stragglers/coverage_min"][:1])
     np.testing.assert_array_equal(load_orders(out, "rr", 0), orders[:2])
+    only = load_steps(out, "rr", 0, names=["stragglers/step_time"])
+    assert list(only) == ["stragglers/step_time"]
+    np.testing.assert_array_equal(only["stragglers/step_time"], steps["stragglers/step_time"])
     (times,) = stragglers.step_times([out]).itertuples()  # the script's step-time panel and table
     assert times.steps == steps_per_epoch
     assert times.step_time == written["stragglers/step_time"][:steps_per_epoch].mean()
