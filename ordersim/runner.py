@@ -314,6 +314,13 @@ def read_checkpoint(out: str, config, size: int) -> tuple[dict | None, str | Non
         if not isinstance(state.get(name), kind):
             return None, (f"--resume: checkpoint {path!r} has no valid {name!r} (written by another "
                           f"ordersim version?); {start_over}")
+    # Before the config: a rank count other than the checkpoint's also changes the backend and the
+    # default workers, and naming those would hide that only the mpiexec line differs.
+    if state["ranks"] != size:
+        ranks = state["ranks"]
+        how = "without mpiexec" if ranks == 1 else f"under mpiexec -n {ranks} (or srun -n {ranks})"
+        return None, (f"--resume: the checkpoint was written by {ranks} rank(s) and this run has "
+                      f"{size}; resume it {how}")
     try:
         differ = config_differences(state["config"], config)
     except ValueError:
@@ -322,9 +329,6 @@ def read_checkpoint(out: str, config, size: int) -> tuple[dict | None, str | Non
         saved, current = json.loads(state["config"]), json.loads(config.to_json())
         return None, (f"--resume: the config differs from the checkpoint's in {', '.join(differ)} "
                       f"(e.g. {differ[0]} = {current[differ[0]]!r}, checkpoint {saved.get(differ[0])!r})")
-    if state["ranks"] != size:
-        return None, (f"--resume: the checkpoint was written by {state['ranks']} ranks; run with "
-                      f"{state['ranks']} ranks (got {size})")
     if state["in_run"] and len(state["run_states"]) != size:
         return None, (f"--resume: checkpoint {path!r} holds {len(state['run_states'])} run states for "
                       f"{size} ranks; {start_over}")

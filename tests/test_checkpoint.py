@@ -131,6 +131,26 @@ def test_resume_refuses_a_different_config(tmp_path):
     assert "lr" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.mpi
+def test_resume_with_another_number_of_ranks_names_the_ranks_not_the_config(tmp_path):
+    """Without --workers the rank count also sets the backend and the workers: the one line must say
+    how to launch the resume, not that the config differs in those."""
+    command = [sys.executable, "-m", "ordersim", *(a for a in ARGS if a not in ("--workers", "4"))]
+    launch = {1: [], 2: [mpiexec_path(), "-n", "2"]}
+    out = {ranks: str(tmp_path / f"ranks{ranks}.h5") for ranks in launch}
+    for ranks in launch:
+        code, err = stop_after([*launch[ranks], *command, "--out", out[ranks]], "epoch   2/", signal.SIGUSR1)
+        assert code == EXIT_CHECKPOINTED, err
+    for written, resumed, how in ((1, 2, "without mpiexec"), (2, 1, "under mpiexec -n 2")):
+        result = subprocess.run([*launch[resumed], *command, "--resume", "--out", out[written]], cwd=ROOT,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2, result.stderr
+        lines = set(result.stderr.strip().splitlines())  # every rank's line, the same
+        assert len(lines) == 1, result.stderr
+        line = lines.pop()
+        assert f"written by {written} rank(s)" in line and how in line and "differs" not in line, line
+
+
 def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     """A failure (or kill) while writing leaves the previous checkpoint whole."""
     path = str(tmp_path / "x.ckpt")
