@@ -63,7 +63,7 @@ class OutputLock:
             os.ftruncate(fd, 0)
             os.write(fd, f"host {socket.gethostname()} pid {os.getpid()}\n".encode())
         except OSError as err:
-            return f"config field 'out': {out!r} is not writable ({err.strerror})"
+            return unwritable("config field 'out'", out, err)
         self.path, self.fd = path, fd
         return None
 
@@ -97,6 +97,17 @@ def input_files(config) -> list[tuple[str, str]]:
     if config.stragglers == "trace" and isinstance(config.straggler_options.get("path"), str):
         found.append(("straggler trace", config.straggler_options["path"]))
     return found
+
+
+def unwritable(what: str, path: str, err: OSError) -> str:
+    """The one line for an output `path` that cannot be written; `what` names the field or option."""
+    if isinstance(err, FileExistsError):  # makedirs met a file where a directory of the path goes
+        why = f"{err.filename!r} is a file, not a directory"
+    elif err.filename in (None, path):
+        why = err.strerror
+    else:  # a directory on the way: name it
+        why = f"{err.filename!r}: {err.strerror}"
+    return f"{what}: {path!r} is not writable ({why})"
 
 
 def same_file(a: str, b: str) -> bool:

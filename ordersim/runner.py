@@ -99,6 +99,10 @@ def _main(args, comm, size) -> int:
         runs = [(flags, None)]
         if args.config:
             runs = select_cell(config_cells(args.config, flags, args.quick), args.config, args.cell)
+        elif args.cell is not None or args.quick:  # else ignored: the whole default experiment would run
+            option, table = ("--quick", "[quick]") if args.quick else (f"--cell {args.cell}", "[sweep]")
+            raise ConfigError(f"{option}: the built-in experiment (no config file) has no {table} table; "
+                              f"allowed: a config file with one (runs/ has examples)")
         if len(runs) > 1:  # a sweep: every cell checked before the first one computes
             for values, _ in runs:
                 check_fields(build_config(values), size)

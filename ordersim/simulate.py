@@ -30,6 +30,7 @@ from ordersim.compile_notice import compile_notice
 from ordersim.config import Config, ConfigError, check_fields  # noqa: F401  (check_fields: the set-up's first step)
 from ordersim.orderers import build_orderer
 from ordersim.orderers._projection import project_rows
+from ordersim.output import unwritable
 from ordersim.stop import StopRequest
 from ordersim.streams import stream
 from ordersim.stragglers import clock_from_config
@@ -57,7 +58,7 @@ def check_output(path: str) -> str | None:
         if not existed:
             os.remove(path)
     except OSError as err:
-        return f"config field 'out': {path!r} is not writable ({err.strerror})"
+        return unwritable("config field 'out'", path, err)
     return None
 
 

@@ -239,6 +239,15 @@ def main(argv: list[str]) -> int:
             if workers % args.ntasks:
                 raise ConfigError(f"--ntasks {args.ntasks} does not divide cell {cell.index}'s "
                                   f"workers = {workers}")
+        if args.write_array:  # before the cells are listed: a path that cannot be written is one line
+            from ordersim.output import unwritable
+
+            try:
+                write_array_script(args.write_array, args.config, flags_for(flags), len(runs),
+                                   os.path.dirname(runs[0][0]["out"]), args.ntasks, args.time,
+                                   args.slurm_partition)
+            except OSError as err:  # a directory on the way is a file, or not writable
+                raise ConfigError(unwritable("--write-array", args.write_array, err)) from None
     except ConfigError as err:
         print(f"ordersim: error: {err}", file=sys.stderr)
         return 2
@@ -250,9 +259,6 @@ def main(argv: list[str]) -> int:
                                               for n, w in zip(names, widths)) + f"  {values['out']}")
     print(f"{len(runs)} cells -> {len(runs)} array tasks")
     if args.write_array:
-        write_array_script(args.write_array, args.config, flags_for(flags), len(runs),
-                           os.path.dirname(runs[0][0]["out"]), args.ntasks, args.time,
-                           args.slurm_partition)
         print(f"wrote {args.write_array}: submit with `sbatch {args.write_array}`")
     return 0
 
@@ -281,8 +287,8 @@ def merge_main(argv: list[str]) -> int:
                       "table: one row per (file, run, measured epoch), the run "
                       "attributes and every config field that differs among "
                       "the files (a sweep's axes) as columns. "
-                      "A file that is missing or not a readable ordersim trace "
-                      "stops the merge (exit 2). Files that are cells of one "
+                      "A file that is missing, given twice or not a readable ordersim "
+                      "trace stops the merge (exit 2). Files that are cells of one "
                       "sweep (their traces record the cell's index and the "
                       "sweep's cell count) are checked for missing cells: the "
                       "merge goes on with a warning naming them.")
@@ -298,7 +304,7 @@ def merge_main(argv: list[str]) -> int:
         print("ordersim: error: merge needs pandas, from the analysis extra: "
               "pip install 'ordersim[analysis]'", file=sys.stderr)
         return 2
-    problem = merge_output_error(args.out, args.files, args.overwrite)
+    problem = merge_input_error(args.files) or merge_output_error(args.out, args.files, args.overwrite)
     if problem:
         print(f"ordersim: error: merge: {problem}", file=sys.stderr)
         return 2
@@ -349,10 +355,22 @@ def _loads_alone(path: str) -> bool:
 MERGE_FORMATS = (".csv", ".parquet")
 
 
+def merge_input_error(inputs: list[str]) -> str | None:
+    """Why merge must not read `inputs`, or None: a trace given twice (a shell glob and a name,
+    a link), whose rows the table would hold twice."""
+    from ordersim.output import same_file
+
+    for i, path in enumerate(inputs):
+        for earlier in inputs[:i]:
+            if same_file(path, earlier):
+                return f"{path!r} is given twice (also as {earlier!r}); allowed: each trace once"
+    return None
+
+
 def merge_output_error(out: str, inputs: list[str], overwrite: bool) -> str | None:
     """Why merge must not write the table `out`, or None: one of the input traces, an extension
-    other than MERGE_FORMATS' (a trace's name would get CSV text), parquet without pyarrow, or an
-    existing file without --overwrite."""
+    other than MERGE_FORMATS' (a trace's name would get CSV text), parquet without pyarrow, an
+    existing file without --overwrite, or a directory that is not there."""
     from ordersim.output import same_file
 
     for path in inputs:
@@ -368,6 +386,9 @@ def merge_output_error(out: str, inputs: list[str], overwrite: bool) -> str | No
             return f"--out {out!r}: writing .parquet needs pyarrow (pip install pyarrow); or write .csv"
     if os.path.exists(out) and not overwrite:
         return f"--out {out!r} exists; pass --overwrite to replace it"
+    directory = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(directory):  # found here, not by pandas after every trace was read
+        return f"--out {out!r}: {directory!r} is not a directory; allowed: a file in an existing directory"
     return None
 
 

@@ -352,12 +352,22 @@ def test_merge_refuses_to_write_over_its_inputs_or_an_existing_file(cells, tmp_p
         import pyarrow  # noqa: F401
     except ImportError:
         cases.append((tmp_path / "table.parquet", ["needs pyarrow"]))
+    cases.append((tmp_path / "nodir" / "table.csv", ["is not a directory"]))  # found before any trace is read
     for out, words in cases:
         one_line_error(merge([good], out), repr(str(out)), *words)
     assert good.read_bytes() == before and existing.read_text() == "kept\n"
     replaced = run_serial(["merge", str(good), "--out", str(existing), "--overwrite"], timeout=120)
     assert replaced.returncode == 0, replaced.stderr
     assert existing.read_text().startswith("file,")
+
+
+def test_merge_refuses_a_trace_given_twice(cells, tmp_path):
+    """Its rows would be in the table twice, one run counted as two."""
+    good = cells / "cell_0000.h5"
+    link = tmp_path / "link.h5"
+    link.symlink_to(good)
+    one_line_error(merge([good, link], tmp_path / "m.csv"), repr(str(link)), "given twice", repr(str(good)))
+    assert not (tmp_path / "m.csv").exists()
 
 
 def test_merge_has_a_column_for_every_config_field_that_differs(tmp_path):
@@ -400,9 +410,22 @@ def test_sweep_writes_no_array_script_over_the_config_or_another_file(tmp_path):
     script = tmp_path / "array.sbatch"
     for _ in range(2):  # its own script is replaced
         assert run_serial(["sweep", str(config), "--write-array", str(script)], timeout=60).returncode == 0
+    blocker = tmp_path / "afile"  # a file where the script's directory would go
+    blocker.write_text("kept\n")
+    one_line_error(run_serial(["sweep", str(config), "--write-array", str(blocker / "a.sbatch")], timeout=60),
+                   "--write-array", "is not writable", f"{str(blocker)!r} is a file, not a directory")
     one_line_error(run_serial(["sweep", str(config), "--time", "1 hour"], timeout=60), "--time")
     one_line_error(run_serial(["sweep", str(config), "--slurm-partition", "a b;x"], timeout=60),
                    "--slurm-partition")
+
+
+@pytest.mark.parametrize("flags, words", [(["--cell", "1"], ["--cell 1", "[sweep]"]),
+                                          (["--quick"], ["--quick", "[quick]"])])
+def test_cell_or_quick_without_a_config_is_refused_not_ignored(tmp_path, flags, words):
+    """Ignored, they would run the whole built-in experiment instead of the cell or size asked for."""
+    result = run_serial([*flags, *TINY, "--out", str(tmp_path / "t.h5")], timeout=60)
+    one_line_error(result, *words, "no config file")
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("task, words", [("abc", ["SLURM_ARRAY_TASK_ID 'abc'"]),
