@@ -140,7 +140,7 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
                lock: OutputLock) -> int:
     from ordersim.compile_notice import compile_notice
     from ordersim.simulate import (Checkpointed, StoppedInSetup, check_fields, check_output,
-                                   default_out_path, prepare, run_experiment,
+                                   default_out_path, plan_data, prepare, run_experiment,
                                    stop_at_phase_boundary, summary_table)
 
     stop = stop_request()  # installed by `python -m ordersim run` before its imports
@@ -179,10 +179,11 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
             return 0
         stop_at_phase_boundary(backend, stop, "checking the config and the output")
         state = broadcast_resume(backend, state)
+        planned = plan_data(config, backend, stop)  # the data's errors before any compiling
         warm_node_first(config, backend)  # a cold cache: each node compiles once, not in every rank
         with compile_notice(f"the kernels of {config.problem} (for its constants)",
                             rank == 0 and not config.quiet):
-            setup = prepare(config, backend, stop)
+            setup = prepare(config, backend, stop, planned)
     except ConfigError as err:
         if rank == 0:
             print(f"ordersim: error: {err}", file=sys.stderr, flush=True)

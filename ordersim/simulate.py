@@ -124,16 +124,27 @@ def stop_at_phase_boundary(backend: SerialBackend, stop: StopRequest | None, pha
         raise StoppedInSetup(phase)
 
 
-def prepare(config: Config, backend: SerialBackend, stop: StopRequest | None = None) -> Setup:
-    """Load data, build the problem, partition, constants; ConfigError on bad input, on every rank.
+@dataclass
+class PlannedData:
+    """The set-up's first phase on this rank: the problem, the data plan (rank 0's, or every rank's
+    for a streamed source; None where the rows come from rank 0), the partition and the labels."""
 
-    No rank holds more of the data set than its workers' shards and test rows. Synthetic, HDF5,
-    LIBSVM, CSV and npz data are read by every rank, each only its rows (the pass that checks the
-    rows and computes the standardization statistics is split among the ranks); the scikit-learn
-    sets are loaded by rank 0, which sends every rank its rows. The constants are computed from
-    per-worker sums. After each phase (the data plan, the rows, the constants) a stop requested
-    through `stop` raises StoppedInSetup on every rank.
-    """
+    streamed: bool
+    problem: object
+    plan: object
+    shards: np.ndarray
+    dropped: int
+    labels: np.ndarray
+    test_labels: np.ndarray | None
+    info: dict
+    features: int
+
+
+def plan_data(config: Config, backend: SerialBackend, stop: StopRequest | None = None) -> PlannedData:
+    """Open and check the data, build the problem, partition: every error of the data and of what
+    depends on its size (problem options, workers, batch) as a ConfigError on every rank. Cheap
+    next to compiling (it reads the data once, with the few kernels that needs), so a run does it
+    before warm_node_first, which compiles all of the config's kernels."""
     streamed = streamed_source(config.data)
     error, planned = None, None
     if streamed or backend.rank == 0:
@@ -145,19 +156,39 @@ def prepare(config: Config, backend: SerialBackend, stop: StopRequest | None = N
     if error:
         raise ConfigError(error)
     stop_at_phase_boundary(backend, stop, "opening the data and building the problem")
-    if not streamed:  # labels, partition and what the plan knows, from rank 0
-        if backend.rank == 0:
-            problem, plan, shards, dropped = planned
-            meta = dict(features=plan.features, classes=plan.classes, y=plan.y, y_test=plan.y_test,
-                        shards=shards, dropped=dropped, info=plan.info)
-        meta = backend.bcast(meta if backend.rank == 0 else None)
-        if backend.rank != 0:
-            problem = make_problem(config.problem, meta["features"], meta["classes"], **config.problem_options)
-            plan, shards, dropped = None, meta["shards"], meta["dropped"]
-        labels, test_labels, info, features = meta["y"], meta["y_test"], meta["info"], meta["features"]
-    else:
+    if streamed:
         problem, plan, shards, dropped = planned
-        labels, test_labels, info, features = plan.y, plan.y_test, plan.info, plan.features
+        return PlannedData(True, problem, plan, shards, dropped, plan.y, plan.y_test, plan.info, plan.features)
+    # labels, partition and what the plan knows, from rank 0
+    if backend.rank == 0:
+        problem, plan, shards, dropped = planned
+        meta = dict(features=plan.features, classes=plan.classes, y=plan.y, y_test=plan.y_test,
+                    shards=shards, dropped=dropped, info=plan.info)
+    meta = backend.bcast(meta if backend.rank == 0 else None)
+    if backend.rank != 0:
+        problem = make_problem(config.problem, meta["features"], meta["classes"], **config.problem_options)
+        plan = None
+    return PlannedData(False, problem, plan, meta["shards"], meta["dropped"], meta["y"], meta["y_test"],
+                       meta["info"], meta["features"])
+
+
+def prepare(config: Config, backend: SerialBackend, stop: StopRequest | None = None,
+            planned: PlannedData | None = None) -> Setup:
+    """Load data, build the problem, partition, constants; ConfigError on bad input, on every rank.
+
+    No rank holds more of the data set than its workers' shards and test rows. Synthetic, HDF5,
+    LIBSVM, CSV and npz data are read by every rank, each only its rows (the pass that checks the
+    rows and computes the standardization statistics is split among the ranks); the scikit-learn
+    sets are loaded by rank 0, which sends every rank its rows. The constants are computed from
+    per-worker sums. After each phase (the data plan, the rows, the constants) a stop requested
+    through `stop` raises StoppedInSetup on every rank. `planned`: plan_data's result, when the
+    caller ran the first phase itself.
+    """
+    if planned is None:
+        planned = plan_data(config, backend, stop)
+    streamed, problem, plan, shards = planned.streamed, planned.problem, planned.plan, planned.shards
+    dropped, labels, test_labels = planned.dropped, planned.labels, planned.test_labels
+    info, features = planned.info, planned.features
 
     per_rank = config.workers // backend.size
     n = shards.shape[1]

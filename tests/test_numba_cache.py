@@ -308,6 +308,26 @@ def test_on_a_cold_cache_the_node_compiles_each_kernel_once_and_its_ranks_load_i
     assert_bitwise_equal(contents(cold), contents(warm))
 
 
+@pytest.mark.mpi
+@NEEDS_JIT
+@pytest.mark.parametrize("bad, words", [(["--batch", "1000"], ["'batch'", "1000"]),
+                                        (["--problem", "softmax", "--data", "synthetic:regression?n=160&d=4"],
+                                         ["'data'", "real numbers"])])
+def test_on_a_cold_cache_a_data_error_comes_before_the_node_compiles(tmp_path, bad, words):
+    """What only the data can refute (a batch larger than a worker's examples, labels the problem
+    cannot take) is found before warm_node_first compiles the config's kernels (10-30 s of a cold
+    cache at mpiexec -n 2 on 2 cores): no kernel of the steps is saved, no warm marker written."""
+    result = run_mpi(2, ["-m", "ordersim", "--backend", "mpi", "--data", "synthetic:classification?n=160&d=4",
+                         "--epochs", "1", "--orderers", "rr", *bad, "--out", str(tmp_path / "t.h5")],
+                     timeout=300, env={"NUMBA_DEBUG_CACHE": "1", "NUMBA_CACHE_DIR": str(tmp_path / "numba")})
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and all(word in lines[0] for word in words), result.stderr
+    saved = [path for kind, path in cache_events(result.stdout) if kind == "saved"]
+    assert not [path for path in saved if "engine" in path or "orderers" in path], saved
+    assert not list((tmp_path / "numba").rglob("ordersim-warm-*"))
+
+
 @NEEDS_JIT
 def test_the_warm_marker_changes_with_what_chooses_kernels_only(tmp_path):
     """Run-only fields (seeds, epochs, step size, output, data) keep the node's warm marker, so
