@@ -472,6 +472,8 @@ def check_fields(config: Config, ranks: int) -> Config:
     ):
         if not ok:
             bad(name, getattr(config, name), allowed)
+    if config.cache_dir and os.path.exists(config.cache_dir) and not os.path.isdir(config.cache_dir):
+        bad("cache_dir", config.cache_dir, "a directory (made if missing), or '' for the default")
 
     backend = config.backend
     if backend == "auto":

@@ -183,6 +183,10 @@ def test_a_short_runs_chunks_hold_no_more_than_its_rows(serial_trace):
             assert data.chunks[0] <= 2 * len(data), (name, data.chunks, len(data))
         assert run["train_loss"].chunks == (4,) and run["train_loss"].dtype == np.float64
         assert run["orders"].chunks[0] == 4 and run["orders"].dtype == np.int32
+        # steps/ are appended once per trained epoch (3), not per epoch and the start as orders:
+        # their chunk held a fourth epoch's rows that no run writes
+        first = int((run["steps/epoch"][()] == 1).sum())
+        assert run["steps/loss"].chunks[0] == 3 * first, (run["steps/loss"].chunks, first)
 
 
 def test_measured_series_are_chunked_by_the_measured_epochs(tmp_path):
@@ -352,6 +356,7 @@ def test_synthetic_rows_routed_between_ranks_give_the_serial_trace(tmp_path, ran
     (["--measurements", "held-out", "held-out"], "measurements"),
     (["--problem", "pyproject.toml"], "problem"),  # a path, but no .py file
     (["--out", "/dev/null"], "out"),  # not a regular file
+    (["--cache-dir", "pyproject.toml"], "cache_dir"),  # a file: the cache would be lost with a warning
     # an orderer's own option: its rule (Orderer.check_options) applied before any data is read
     (["--orderers", "recursive-pair", "--orderer-options", '{"block": 3}'], "orderer_options"),
     (["--orderers", "sbw", "--workers", "1", "--orderer-options", '{"b_max": -1}'], "orderer_options"),
