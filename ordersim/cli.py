@@ -25,6 +25,23 @@ COMMANDS = {
 # rank would run them and race for the same --out.
 SERIAL_COMMANDS = ("sweep", "merge", "herding-sim")
 
+def own_warnings_on_one_line() -> None:
+    """ordersim's own warnings (the solver's accuracy, a constants cache that cannot be used, a
+    code's conditioning) as `ordersim: warning: ...` lines, as the CLI's other warnings are, not
+    with the source line that raised them; other packages' warnings keep Python's format."""
+    import warnings
+
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    python_format = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not os.path.abspath(filename).startswith(package):
+            return python_format(message, category, filename, lineno, file, line)
+        print(f"ordersim: warning: {' '.join(str(message).split())}", file=file or sys.stderr, flush=True)
+
+    warnings.showwarning = show
+
+
 def commands_help() -> str:
     lines = ["commands (python -m ordersim COMMAND --help for each):"]
     lines += [f"  {name:<12} {summary}" for name, (_, _, summary) in COMMANDS.items()]
@@ -71,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         if error:
             print(f"ordersim: error: {error}", file=sys.stderr)
             return 2
+    own_warnings_on_one_line()
     from ordersim.registry import PluginError  # light: importlib.metadata
 
     module, function, _ = COMMANDS[argv[0]]

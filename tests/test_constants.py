@@ -330,3 +330,21 @@ def test_without_hessian_matrix_the_solver_starts_from_l_bfgs(monkeypatch):
     iterated = problem_constants(problem, data, shards, cache_dir=False)
     assert counts["gradients"] > 10  # L-BFGS-B's passes
     np.testing.assert_allclose(iterated["x_star"], direct["x_star"], rtol=1e-9, atol=1e-11)
+
+
+def test_the_cli_prints_a_constants_cache_warning_as_one_line(tmp_path):
+    """ordersim's own warnings in a run are `ordersim: warning:` lines, not Python's format with the
+    source line that raised them (cli.own_warnings_on_one_line)."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "ordersim", "--epochs", "1", "--seeds", "0", "--orderers", "rr",
+               "--quiet", "--overwrite", "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "t.h5")]
+    assert subprocess.run(command, capture_output=True, text=True, timeout=300).returncode == 0
+    for cached in (tmp_path / "cache").glob("constants-*.npz"):
+        cached.write_bytes(b"not an npz")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "constants cache" in line]
+    assert len(lines) == 1 and lines[0].startswith("ordersim: warning: ignoring the unreadable"), result.stderr
+    assert "RuntimeWarning" not in result.stderr and "worker_constants(" not in result.stderr, result.stderr
