@@ -103,7 +103,7 @@ def _main(args, comm, size) -> int:
             option, table = ("--quick", "[quick]") if args.quick else (f"--cell {args.cell}", "[sweep]")
             raise ConfigError(f"{option}: the built-in experiment (no config file) has no {table} table; "
                               f"allowed: a config file with one (runs/ has examples)")
-        if len(runs) > 1:  # a sweep: every cell checked before the first one computes
+        if len(runs) > 1:  # a sweep: every cell's data-free fields before the first one computes
             for values, _ in runs:
                 check_fields(build_config(values), size)
     except ConfigError as err:
