@@ -264,11 +264,12 @@ def run_datasets(group: h5py.Group) -> dict:
 class RunTrace:
     def __init__(self, writer: TraceWriter, group: h5py.Group, appends: int | None = None,
                  measured: int | None = None):
-        """appends: how many times the run appends to its every-epoch datasets (orders, steps/,
-        stragglers/), measured: to its per-epoch ones (append_epoch; default appends), which size
-        their chunks (None: unknown)."""
+        """appends: how many times the run appends to orders (every epoch and the start; steps/
+        and stragglers/ every trained epoch, one fewer), measured: to its per-epoch ones
+        (append_epoch; default appends), which size their chunks (None: unknown)."""
         self.writer, self.group = writer, group
         self.appends, self.measured = appends, measured or appends
+        self.trained = appends - 1 if appends else None  # the appends of steps/ and stragglers/
         self.name = group.name.removeprefix("/")
         # open once: a dataset closed after every append would flush its chunks on closing, where
         # h5py drops a write error (ObjectID.__dealloc__)
@@ -355,9 +356,9 @@ class RunTrace:
     def append_steps(self, epochs, steps, losses) -> None:
         if len(steps):
             with self.writer.writing():
-                self._extend("steps/epoch", epochs, np.int64)
-                self._extend("steps/step", steps, np.int64)
-                self._extend("steps/loss", losses, np.float64)
+                self._extend("steps/epoch", epochs, np.int64, self.trained)
+                self._extend("steps/step", steps, np.int64, self.trained)
+                self._extend("steps/loss", losses, np.float64, self.trained)
             self.writer.commit()
 
     def append_group(self, name: str, arrays: dict) -> None:
@@ -366,7 +367,7 @@ class RunTrace:
         if arrays:
             with self.writer.writing():
                 for key, values in arrays.items():
-                    self._extend(f"{name}/{key}", values, np.asarray(values).dtype)
+                    self._extend(f"{name}/{key}", values, np.asarray(values).dtype, self.trained)
             self.writer.commit()
 
     def finish(self, status: str) -> None:
