@@ -83,10 +83,13 @@ def figures(df, band_kind="minmax", names=DEFAULT_METRICS, x_axes=None) -> dict:
             shown, plain = df[timed], df[~timed].groupby(["file", "orderer", "seed"]).ngroups
             if plain:
                 left_out = f"{plain} run(s) without a straggler model (no simulated time) not drawn"
+        # the panels of the runs drawn: a metric only the plain runs have (their test split) would be
+        # an empty panel against simulated time, and an empty log axis raises in matplotlib
+        panels = [entry for entry in metrics if entry[0] in present_metrics(shown, names)]
         variants = style.Variants(shown)
-        fig, axes = style.figure(len(metrics))
+        fig, axes = style.figure(len(panels))
         times = ({(o, c): v for o, c, _, v in variants.series(shown, x_col)} if x_col != "epoch" else None)
-        for ax, (metric, y_label, scale) in zip(axes, metrics):
+        for ax, (metric, y_label, scale) in zip(axes, panels):
             scale = scale if df[metric].max() <= 1 else 1.0  # accuracy stored as a fraction or in %
             for orderer, config, epochs, values in variants.series(shown, metric):
                 with warnings.catch_warnings():
@@ -99,7 +102,7 @@ def figures(df, band_kind="minmax", names=DEFAULT_METRICS, x_axes=None) -> dict:
                 style.counted_x(ax)
             ax.set_ylabel(y_label)
             if "accuracy" not in metric:
-                style.log_if_positive(ax, df[metric])
+                style.log_if_positive(ax, shown[metric])
         style.orderer_legend(fig, variants.orderers, band_kind)
         fig.tight_layout()
         variants.colorbar(fig)

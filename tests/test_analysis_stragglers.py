@@ -83,6 +83,24 @@ def test_convergence_draws_plain_and_straggler_runs_together(plain, traces, tmp_
     plt.close("all")
 
 
+def test_convergence_sim_time_leaves_out_a_metric_only_plain_runs_have(traces, tmp_path):
+    """A plain run with a test split beside straggler runs without one: the simulated-time figure
+    drew an empty log-scaled test_loss panel, which raised in matplotlib (a traceback, nothing
+    written); it has the panels of the runs it draws."""
+    import matplotlib.pyplot as plt
+
+    path = tmp_path / "plain_test.h5"
+    result = run_serial([*COMMON[:-2], "--test-fraction", "0.25", "--out", str(path)])
+    assert result.returncode == 0, result.stderr
+    files = [str(path), traces[0]]
+    figs = convergence.figures(stragglers.style.load(files), names=("train_loss", "test_loss"))
+    panels = {name: [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel() and ax.get_label() != "<colorbar>"]
+              for name, fig in figs.items()}
+    assert panels["convergence_epochs"] == [convergence.LABELS[m][0] for m in ("train_loss", "test_loss")]
+    assert panels["convergence_sim_time"] == [convergence.LABELS["train_loss"][0]]
+    plt.close("all")
+
+
 def test_stragglers_script(traces, tmp_path, capsys):
     assert stragglers.main([*traces, "--out", str(tmp_path), "--dpi", "60"]) == 0
     written(tmp_path, "stragglers")
