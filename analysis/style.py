@@ -440,13 +440,22 @@ def legend(ax, band_kind: str | None = "minmax", figure_level: bool = False, tit
         ax.legend(handles, labels, title=title, title_fontsize=7, **kw)
 
 
+def tick_number(v, _=None) -> str:
+    """A log axis' tick label: the plain number where it is short (3, 40, 0.5), a power of ten
+    beyond (10^-5, 3x10^-5 in mathtext, as matplotlib's own log axes), not Python's 1e-05."""
+    if v <= 0 or 1e-3 <= v < 1e4:
+        return f"{v:g}"
+    exponent = int(np.floor(np.log10(v) + 1e-9))
+    mantissa = float(f"{v / 10.0 ** exponent:.6g}")
+    return f"$10^{{{exponent}}}$" if mantissa == 1 else f"${mantissa:g}\\times10^{{{exponent}}}$"
+
+
 def plain_log_y(ax):
     """Log y axis whose tick labels are plain numbers (3, 4, 6) rather than 3x10^0 on short ranges."""
     ax.set_yscale("log")
-    fmt = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
-    ax.yaxis.set_major_formatter(fmt)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(tick_number))
     ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(
-        lambda v, _: f"{v:g}" if ax.get_ylim()[1] / ax.get_ylim()[0] < 10 else ""))
+        lambda v, _: tick_number(v) if ax.get_ylim()[1] / ax.get_ylim()[0] < 10 else ""))
 
 
 def counted_x(ax):

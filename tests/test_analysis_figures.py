@@ -265,3 +265,17 @@ def test_scaling_legend_says_what_the_band_is_and_the_caption_clears_the_x_label
     fig.canvas.draw()
     text = next(t for t in fig.texts if t.get_gid() == "caption")
     assert text.get_window_extent().y1 <= ax.xaxis.label.get_window_extent().y0
+
+
+def test_log_tick_labels_are_plain_numbers_or_powers_of_ten():
+    """plain_log_y (herding, herding_sim, scaling) labelled the scaling figure's errors 1e-05,
+    1e-10: beyond the short numbers its labels are powers of ten, as on the other log axes."""
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [1e-10, 1e-5])
+    style.plain_log_y(ax)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert "$10^{-5}$" in labels and not [label for label in labels if "e-" in label]
+    ax.set_ylim(2, 12)  # herding's short ranges keep plain numbers
+    fig.canvas.draw()
+    assert "10" in [t.get_text() for t in ax.get_yticklabels()]
