@@ -8,6 +8,8 @@ import h5py
 import numpy as np
 import pytest
 
+from conftest import ROOT
+
 import ordersim
 from ordersim import herding_sim
 from ordersim.herding_sim import main, random_vectors, run
@@ -136,6 +138,8 @@ def test_cli_writes_the_documented_hdf5_layout(tmp_path, capsys):
         assert f.attrs["ordersim_version"] == ordersim.__version__
         assert f.attrs["experiment"] == "herding-sim"
         assert "start_time" in f.attrs and "end_time" in f.attrs
+        documented = (ROOT / "docs" / "herding_sim.md").read_text()
+        assert [name for name in f.attrs if f"`{name}`" not in documented] == []
         config = json.loads(f.attrs["config"])
         assert config["workers"] == [2, 4] and config["total"] == 2000 and config["rounds"] == 5
         assert config["orderers"] == list(ORDERERS) and config["seed"] == 1 and config["dim"] == 16
