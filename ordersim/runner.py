@@ -59,8 +59,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint next to the output file (<out>.ckpt) if there "
                         "is one, else start from the beginning (a trace of this config is then "
-                        "replaced; one of another config only with --overwrite). The config and the "
-                        "number of ranks must be the same, and the checkpoint must be this trace's "
+                        "replaced; one of another config only with --overwrite). The config (but for "
+                        "--quiet, --exchange, --stall-timeout and --checkpoint-every, which change no "
+                        "value) and the number of ranks must be the same, and the checkpoint must be this trace's "
                         "(the same run id, every row it counted still in the trace), be an ordersim "
                         "checkpoint with a valid checksum (never a pickle) and hold the run state "
                         "this ordersim has; else one line says what does not fit (exit 2) and "
@@ -240,8 +241,9 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
     return 0
 
 
-# fields that change no value in the trace
-RESULT_NEUTRAL = ("quiet", "exchange", "overwrite", "stall_timeout")
+# fields that change no value in the trace (a resume may change them: e.g. checkpoint more often
+# on a queue that preempts more than the first job's did)
+RESULT_NEUTRAL = ("quiet", "exchange", "overwrite", "stall_timeout", "checkpoint_every")
 
 
 def config_differences(saved_json: str, config) -> list[str]:
