@@ -257,7 +257,9 @@ def _coerce_int_item(name, v):
 def read_toml(path: str) -> dict:
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"config file {path!r} does not exist")
+        from ordersim.output import missing_file
+
+        raise ConfigError(f"config file {path!r} {missing_file(path)}")
     try:
         with open(p, "rb") as fh:
             raw = tomllib.load(fh)

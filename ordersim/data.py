@@ -310,10 +310,12 @@ def _mnist1d():
 
 def _require_file(source: str, path: str) -> None:
     if not os.path.isfile(path):
+        from ordersim.output import missing_file
+
         # a config's relative data path (runs/papers/*.toml: data/w8a.gz) is not read from beside
         # the config: say where it was looked for
         where = "" if os.path.isabs(path) else f" in {os.getcwd()!r}, where relative paths start"
-        raise ValueError(f"{source} file {path!r} does not exist{where}")
+        raise ValueError(f"{source} file {path!r} {missing_file(path)}{where}")
 
 
 class NpzRows:

@@ -110,6 +110,11 @@ def unwritable(what: str, path: str, err: OSError) -> str:
     return f"{what}: {path!r} is not writable ({why})"
 
 
+def missing_file(path) -> str:
+    """Why an input file `path` (not a regular file) cannot be read: it is a directory, or absent."""
+    return "is a directory, not a file" if os.path.isdir(path) else "does not exist"
+
+
 def same_file(a: str, b: str) -> bool:
     """Whether two paths name one file (through links and relative paths)."""
     try:

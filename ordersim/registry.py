@@ -72,8 +72,10 @@ def load_file(path: str, kind: str, base: type) -> type:
     """The one subclass of ``base`` (with a name) that the Python file ``path`` defines."""
     file = Path(path)
     if not file.is_file():
-        raise ValueError(f"{kind} file {path!r} does not exist (a {kind} is a registered name or a "
-                         f"path to a .py file)")
+        from ordersim.output import missing_file
+
+        raise ValueError(f"{kind} file {path!r} {missing_file(path)} (a {kind} is a registered name or "
+                         f"a path to a .py file)")
     if file.suffix != ".py":  # importlib finds no loader for it
         raise ValueError(f"{kind} file {path!r} is not a .py file (a {kind} is a registered name or a "
                          f"path to a .py file)")

@@ -394,6 +394,21 @@ def test_resume_without_out_is_refused(tmp_path):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("args, words", [
+    (["{dir}"], "config file"),
+    (["--data", "hdf5:{dir}"], "config field 'data': hdf5 file"),
+    (["--problem", "{dir}"], "config field 'problem': problem file"),
+])
+def test_a_directory_given_as_an_input_file_is_named_so(args, words, tmp_path):
+    """Not 'does not exist', which sends the user looking for a missing file."""
+    folder = tmp_path / "inputs.toml"
+    folder.mkdir()
+    result = run_serial([a.format(dir=folder) for a in args] + ["--out", str(tmp_path / "x.h5")])
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "is a directory, not a file" in lines[0], result.stderr
+
+
 def test_a_usage_error_is_one_line_printed_once_under_mpi(tmp_path):
     """argparse's own errors (an unknown flag, a malformed --cell): one line, by rank 0, not the
     usage from every rank."""
