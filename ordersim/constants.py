@@ -336,13 +336,18 @@ def minimize(problem, rows: WorkerRows, statistics: RowStatistics) -> tuple[np.n
     return x, float(f), rel
 
 
+class HookError(ValueError):
+    """A problem's hook returned what its contract does not allow: every rank finds the same, and
+    a run reports it as one line, an error of its problem."""
+
+
 def hessian_product(problem, product, v) -> np.ndarray:
-    """product(v), a problem's Hessian-vector product, or a ValueError naming the hook when it is
+    """product(v), a problem's Hessian-vector product, or a HookError naming the hook when it is
     not of v's shape (it failed as a broadcast deep in the worker gather)."""
     value = np.asarray(product(v))
     if value.shape != v.shape:
-        raise ValueError(f"{problem.name}: hessp(x, v, A, y) must return an array of v's shape {v.shape} "
-                         f"(the parameters), got shape {value.shape}")
+        raise HookError(f"{problem.name}: hessp(x, v, A, y) must return an array of v's shape {v.shape} "
+                        f"(the parameters), got shape {value.shape}")
     return value
 
 
@@ -351,8 +356,8 @@ def compute_constants(problem, rows: WorkerRows) -> dict:
     statistics = row_statistics(rows)
     smoothness = problem.smoothness(statistics)
     if np.shape(smoothness) != (3,):
-        raise ValueError(f"{problem.name}: smoothness(rows) must return (L, L_max, mu), three numbers (NaN "
-                         f"where unknown), got {smoothness!r}")
+        raise HookError(f"{problem.name}: smoothness(rows) must return (L, L_max, mu), three numbers (NaN "
+                        f"where unknown), got {smoothness!r}")
     L, L_max, mu = (float(v) for v in smoothness)
     out = {"x_star": None, "f_star": math.nan, "L": L, "L_max": L_max, "mu": mu,
            "sigma2_star": math.nan, "zeta2_star": math.nan}

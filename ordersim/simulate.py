@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ordersim import aligned, engine, metrics, provenance, regime
-from ordersim.constants import WorkerRows, worker_constants
+from ordersim.constants import HookError, WorkerRows, worker_constants
 from ordersim.data import open_dataset, partition, streamed_source
 from ordersim.measurements import run_measurements
 from ordersim.measurements.base import RunView, read_only, values_error
@@ -215,8 +215,11 @@ def prepare(config: Config, backend: SerialBackend, stop: StopRequest | None = N
     with warnings.catch_warnings():
         if backend.rank != 0:  # every rank runs the same solver: one copy of its warnings is enough
             warnings.simplefilter("ignore")
-        constants = worker_constants(problem, WorkerRows(backend, A, y, n), shards,
-                                     cache_dir=config.cache_dir or None)
+        try:
+            constants = worker_constants(problem, WorkerRows(backend, A, y, n), shards,
+                                         cache_dir=config.cache_dir or None)
+        except HookError as err:  # on every rank: one line, not a traceback
+            raise ConfigError(f"config field 'problem': {err}") from None
     stop_at_phase_boundary(backend, stop, "computing the problem's constants")
     if config.schedule == "theory" and not (constants.get("mu") or 0) > 0:
         raise ConfigError("config field 'schedule': 'theory' needs a problem with mu > 0 (a PL or "

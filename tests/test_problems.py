@@ -334,6 +334,32 @@ def test_a_problem_that_breaks_the_kernel_contract_is_one_line_before_any_data(l
     assert not (tmp_path / "x.h5").exists()
 
 
+# A plug-in problem whose hook returns what its contract does not allow: found while the constants
+# are computed, and one line (it was the ValueError's traceback, exit 1).
+HOOK_MISTAKES = [
+    ("def smoothness(self, rows):\n        return super().smoothness(rows)[:2]",
+     r"smoothness\(rows\) must return \(L, L_max, mu\), three numbers"),
+    ("def hessp(self, x, v, A, y):\n        return super().hessp(x, v, A, y)[:-1]\n\n"
+     "    def solve_exact(self, rows):\n        return None",
+     r"hessp\(x, v, A, y\) must return an array of v's shape \(4,\) \(the parameters\), got shape \(3,\)"),
+]
+
+
+@pytest.mark.parametrize("hook, message", HOOK_MISTAKES)
+def test_a_problem_hook_that_breaks_its_contract_stops_the_run_in_one_line(hook, message, tmp_path):
+    plug_in = tmp_path / "broken.py"
+    plug_in.write_text("from ordersim.problems.least_squares import LeastSquares\n\n\n"
+                       f"class Broken(LeastSquares):\n    name = 'broken'\n\n    {hook}\n")
+    result = subprocess.run([sys.executable, "-m", "ordersim", "--problem", str(plug_in), "--data",
+                             "synthetic:regression?n=40&d=3", "--orderers", "rr", "--epochs", "1", "--quiet",
+                             "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "x.h5")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.search(rf"^ordersim: error: config field 'problem': broken: {message}",
+                                         lines[0]), result.stderr
+
+
 # A plug-in problem whose attributes break the contract: one line when its file loads (a bad
 # label_kind was an error of the config's data field, a convex problem without hessp a bare
 # NotImplementedError from the solver for x* once the data were read).
