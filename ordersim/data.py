@@ -452,7 +452,8 @@ def _convert_labels(where: str, y: np.ndarray, label_kind: str | None, task: str
     if not integral and task != "classification":
         shown = ", ".join(f"{v:g}" for v in values[:5])
         raise ValueError(f"{where}: label_kind={label_kind!r} needs class labels, but the labels are real "
-                         f"numbers ({shown}, ...); use label_kind='real' with a regression problem")
+                         f"numbers ({shown}, ...); allowed: a problem for real labels (label_kind 'real': "
+                         f"least-squares, robust-regression) or class labels")
     if label_kind == "binary":
         if len(values) != 2:
             shown = ", ".join(f"{v:g}" for v in values[:10]) + (", ..." if len(values) > 10 else "")
