@@ -104,13 +104,27 @@ def _main(args, comm, size) -> int:
             option, table = ("--quick", "[quick]") if args.quick else (f"--cell {args.cell}", "[sweep]")
             raise ConfigError(f"{option}: the built-in experiment (no config file) has no {table} table; "
                               f"allowed: a config file with one (runs/ has examples)")
-        if len(runs) > 1:  # a sweep: every cell's data-free fields before the first one computes
-            for values, _ in runs:
-                check_fields(build_config(values), size)
+        if len(runs) > 1:  # a sweep: every cell's fields before the first one computes
+            checked = [(check_fields(build_config(values), size), cell) for values, cell in runs]
     except ConfigError as err:
         if rank == 0:
             print(f"ordersim: error: {err}", file=sys.stderr, flush=True)
         return 2
+    if len(runs) > 1 and not args.dry_run:  # and against its data (--dry-run checks that itself)
+        from ordersim.simulate import check_cells_against_data
+
+        error = None
+        if rank == 0:
+            try:
+                check_cells_against_data(checked)
+            except ConfigError as err:
+                error = str(err)
+        if comm is not None:
+            error = comm.bcast(error, root=0)
+        if error:
+            if rank == 0:
+                print(f"ordersim: error: {error}", file=sys.stderr, flush=True)
+            return 2
     if args.dry_run:
         from ordersim.dry_run import dry_run
 

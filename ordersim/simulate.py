@@ -8,6 +8,7 @@ An epoch is one call of the jitted loop both backends share (engine.epoch_loop),
 in one place (Run.epoch_inputs).
 """
 
+import json
 import math
 import os
 import sys
@@ -81,19 +82,24 @@ class Setup:
     data_info: dict
 
 
-def _plan(config: Config, share) -> tuple:
-    """Problem, data plan, partition; or ConfigError naming the field at fault."""
+def _open_data(config: Config, share, keep_rows: bool):
+    """The data plan of config's data for its problem's label kind; or ConfigError."""
     try:
         problem_cls = problem_class(config.problem)
     except ValueError as err:
         raise ConfigError(f"config field 'problem': {err}") from None
     try:
-        plan = open_dataset(config.data, standardize=config.standardize, intercept=config.intercept,
+        return open_dataset(config.data, standardize=config.standardize, intercept=config.intercept,
                             test_fraction=config.test_fraction, seed=config.data_seed,
                             label_kind=problem_cls.label_kind, share=share,
-                            hdf5_locking=config.hdf5_locking, keep_rows=True)
+                            hdf5_locking=config.hdf5_locking, keep_rows=keep_rows)
     except (ValueError, OSError) as err:
         raise ConfigError(f"config field 'data': {err}") from None
+
+
+def _fit_to_data(config: Config, plan) -> tuple:
+    """Problem and partition of config on the data of `plan`: what only the data can refute (the
+    problem's options and labels, workers, batch) as a ConfigError naming the field at fault."""
     try:
         problem = make_problem(config.problem, plan.features, plan.classes, **config.problem_options)
         problem.check_labels(plan.y)
@@ -110,7 +116,35 @@ def _plan(config: Config, share) -> tuple:
                           f"worker ({plan.n_train} training examples)")
     if config.batch > n:
         raise ConfigError(f"config field 'batch': {config.batch} is more than the {n} examples per worker")
+    return problem, shards, dropped
+
+
+def _plan(config: Config, share) -> tuple:
+    """Problem, data plan, partition; or ConfigError naming the field at fault."""
+    plan = _open_data(config, share, keep_rows=True)
+    problem, shards, dropped = _fit_to_data(config, plan)
     return problem, plan, shards, dropped
+
+
+# The fields that choose a data plan (open_dataset's arguments)
+DATA_FIELDS = ("data", "standardize", "intercept", "test_fraction", "data_seed", "hdf5_locking")
+
+
+def check_cells_against_data(cells: list[tuple[Config, object]]) -> None:
+    """A sweep's cells (checked configs, Cell) against their data before the first one computes:
+    each data set opened once, in this process, keeping no rows (one pass that checks them and
+    counts the labels); ConfigError naming the cell and the field at fault."""
+    plans = {}
+    for config, cell in cells:
+        try:
+            kind = problem_class(config.problem).label_kind
+            key = (*(getattr(config, name) for name in DATA_FIELDS), kind)
+            if key not in plans:
+                plans[key] = _open_data(config, None, keep_rows=False)
+            _fit_to_data(config, plans[key])
+        except ConfigError as err:
+            where = f"sweep cell {cell.index} ({json.dumps(cell.params)})" if cell else "sweep cell"
+            raise ConfigError(f"{where}: {err}") from None
 
 
 class StoppedInSetup(Exception):

@@ -457,3 +457,26 @@ def test_a_quoted_number_in_a_config_file_is_refused(tmp_path, toml, words):
     config.write_text(f'out = "{tmp_path / "x.h5"}"\n' + toml)
     one_line_error(run_serial(["run", str(config), "--dry-run"], timeout=60), *words)
     assert not (tmp_path / "x.h5").exists()
+
+
+@pytest.mark.parametrize("ranks", [1, pytest.param(2, marks=pytest.mark.mpi)])
+@pytest.mark.parametrize("sweep, words", [
+    ("batch = [1, 100000]", ["sweep cell 1", "'batch'", "100000 is more than the"]),
+    ("workers = [2, 1000]", ["sweep cell 1", "'workers'", "got 1000"]),
+    ('data = ["sklearn:breast_cancer", "synthetic:regression?n=100&d=3"]',
+     ["sweep cell 1", "config field 'data'", "real numbers"]),
+])
+def test_a_sweep_cell_its_data_refutes_is_refused_before_the_first_cell_computes(tmp_path, ranks, sweep, words):
+    """What only the data can refute (a batch beyond a worker's examples, more workers than examples,
+    labels the problem cannot take) was found when that cell's turn came, after the cells before it
+    had trained."""
+    config = tmp_path / "sweep.toml"
+    config.write_text(f'orderers = ["rr"]\nseeds = [0]\nepochs = 1\nout = "{tmp_path / "s.h5"}"\n'
+                      f"[sweep]\n{sweep}\n")
+    args = ["-m", "ordersim", "run", str(config)]
+    result = (run_mpi(ranks, args, timeout=120) if ranks > 1
+              else subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120))
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("ordersim:")]
+    assert len(lines) == 1 and all(word in lines[0] for word in words), result.stderr
+    assert not (tmp_path / "s").exists()  # no cell ran
