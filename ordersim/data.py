@@ -975,7 +975,7 @@ def check_fits_in_memory(where: str, what: str, need: int, advice: str) -> None:
 
 def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True, test_fraction: float = 0.0,
                  seed: int = 0, label_kind: str | None = None, share=None,
-                 hdf5_locking: bool = True, keep_rows: bool = False) -> DataPlan:
+                 hdf5_locking: bool = True, keep_rows: bool = False, ranks: int | None = None) -> DataPlan:
     """A `DataPlan` of the data set `spec` (arguments as `load_dataset`). One pass over the rows
     checks them and computes the labels and standardization statistics; with `share` (an object
     with `rank`, `size` and `allgather(obj)`, e.g. an MPI backend; streamed sources only) the ranks
@@ -985,7 +985,9 @@ def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
     that pass reads, and the plan's first `train_rows` and first `test_rows` hand them out
     (standardized in place when asked for in order; on several ranks, a collective call that
     routes each row to the rank asking for it, through `share.comm` and under `share.watchdog`),
-    so no synthetic row is generated, and no file row read, twice."""
+    so no synthetic row is generated, and no file row read, twice. `ranks`: how many ranks the rows
+    will be spread over, for the memory check (default: share's; a sweep's check of its cells
+    reads the rows in one process for a run on several)"""
     if label_kind is not None and label_kind not in LABEL_KINDS:
         raise ValueError(f"label_kind must be one of {', '.join(LABEL_KINDS)} or None, got {label_kind!r}")
     if not (isinstance(test_fraction, (int, float)) and 0.0 <= test_fraction < 1.0):
@@ -1003,10 +1005,11 @@ def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
         opened = source_cls().open(spec, name, options, seed, hdf5_locking)
         source, where, task, extra, lines = opened.rows, opened.where, opened.task, opened.extra, opened.line_of
         N, raw_features = source.rows, source.features
-        per_rank, columns = -(-N // share.size), raw_features + bool(intercept)
+        spread = ranks or share.size
+        per_rank, columns = -(-N // spread), raw_features + bool(intercept)
         routed = keep_rows and share.size > 1  # a rank holds its kept rows and its own rows at once
         check_fits_in_memory(where, f"{per_rank} rows x {columns} features per rank (of {N}, on "
-                             f"{share.size} rank(s)) as float64{', twice' if routed else ''}",
+                             f"{spread} rank(s)) as float64{', twice' if routed else ''}",
                              (1 + routed) * per_rank * columns * 8, "use fewer rows or features, or more ranks")
         n_test = int(round(test_fraction * N))
         if test_fraction > 0 and not 1 <= n_test <= N - 2:

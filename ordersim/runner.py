@@ -116,7 +116,7 @@ def _main(args, comm, size) -> int:
         error = None
         if rank == 0:
             try:
-                check_cells_against_data(checked)
+                check_cells_against_data(checked, size)
             except ConfigError as err:
                 error = str(err)
         if comm is not None:

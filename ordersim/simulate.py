@@ -82,7 +82,7 @@ class Setup:
     data_info: dict
 
 
-def _open_data(config: Config, share, keep_rows: bool):
+def _open_data(config: Config, share, keep_rows: bool, ranks: int | None = None):
     """The data plan of config's data for its problem's label kind; or ConfigError."""
     try:
         problem_cls = problem_class(config.problem)
@@ -92,7 +92,7 @@ def _open_data(config: Config, share, keep_rows: bool):
         return open_dataset(config.data, standardize=config.standardize, intercept=config.intercept,
                             test_fraction=config.test_fraction, seed=config.data_seed,
                             label_kind=problem_cls.label_kind, share=share,
-                            hdf5_locking=config.hdf5_locking, keep_rows=keep_rows)
+                            hdf5_locking=config.hdf5_locking, keep_rows=keep_rows, ranks=ranks)
     except (ValueError, OSError) as err:
         raise ConfigError(f"config field 'data': {err}") from None
 
@@ -130,17 +130,18 @@ def _plan(config: Config, share) -> tuple:
 DATA_FIELDS = ("data", "standardize", "intercept", "test_fraction", "data_seed", "hdf5_locking")
 
 
-def check_cells_against_data(cells: list[tuple[Config, object]]) -> None:
+def check_cells_against_data(cells: list[tuple[Config, object]], ranks: int) -> None:
     """A sweep's cells (checked configs, Cell) against their data before the first one computes:
     each data set opened once, in this process, keeping no rows (one pass that checks them and
-    counts the labels); ConfigError naming the cell and the field at fault."""
+    counts the labels; the memory check per rank of a run on `ranks`); ConfigError naming the
+    cell and the field at fault."""
     plans = {}
     for config, cell in cells:
         try:
             kind = problem_class(config.problem).label_kind
             key = (*(getattr(config, name) for name in DATA_FIELDS), kind)
             if key not in plans:
-                plans[key] = _open_data(config, None, keep_rows=False)
+                plans[key] = _open_data(config, None, keep_rows=False, ranks=ranks)
             _fit_to_data(config, plans[key])
         except ConfigError as err:
             where = f"sweep cell {cell.index} ({json.dumps(cell.params)})" if cell else "sweep cell"

@@ -480,3 +480,18 @@ def test_a_sweep_cell_its_data_refutes_is_refused_before_the_first_cell_computes
     lines = [line for line in result.stderr.splitlines() if line.startswith("ordersim:")]
     assert len(lines) == 1 and all(word in lines[0] for word in words), result.stderr
     assert not (tmp_path / "s").exists()  # no cell ran
+
+
+@pytest.mark.mpi
+def test_a_sweeps_data_check_estimates_memory_per_rank_of_the_run(tmp_path):
+    """The check reads the data in rank 0 alone but must judge memory per rank of the run: a data
+    set that fits spread over the ranks would otherwise be refused before any cell ran."""
+    config = tmp_path / "sweep.toml"
+    config.write_text(f'problem = "least-squares"\norderers = ["rr"]\nseeds = [0]\nepochs = 1\n'
+                      f'out = "{tmp_path / "s.h5"}"\n[sweep]\ndata = ["synthetic:regression?n=100", '
+                      f'"synthetic:regression?n=100000000000&d=20"]\n')
+    result = run_mpi(2, ["-m", "ordersim", "run", str(config)], timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("ordersim:")]
+    assert len(lines) == 1 and "sweep cell 1" in lines[0], result.stderr
+    assert "per rank (of 100000000000, on 2 rank(s))" in lines[0], result.stderr
