@@ -130,6 +130,7 @@ def memory_report(config, setup) -> tuple[list[str], int]:
 
 
 def regime_lines(config, setup) -> list[str]:
+    from ordersim.regime import CONDITIONS, numbers
     from ordersim.simulate import theory_regime
 
     c = setup.constants
@@ -139,17 +140,16 @@ def regime_lines(config, setup) -> list[str]:
     for name in config.orderers:
         info = theory_regime(config, setup, name)
         if not info:
-            lines.append(f"  regime of {name}: not recorded (it needs a constant or theory schedule "
-                         f"and mu > 0; schedule {config.schedule}, mu = {c.get('mu')})")
+            lines.append(f"  regime of {name}: not recorded ({config.problem} states no bound on L_max)")
             continue
-        lines.append(f"  regime of {name}: step {info['step_size']:.4g}, alpha L n = "
-                     f"{info['alpha_L_n']:.3g}, alpha L_max n = {info['alpha_Lmax_n']:.3g}, kappa = "
-                     f"{info['kappa']:.3g}, T/kappa = {info['T_over_kappa']:.3g}: "
-                     f"{'inside' if info['in_regime'] else 'outside'} the PL analyses' regime "
-                     f"(alpha L_max n <= 1 and T >= kappa, b = 1 without momentum)"
+        step = info.get("step_size", info.get("largest_step"))
+        lines.append(f"  regime of {name}: {'step' if 'step_size' in info else 'largest step'} {step:.4g}, "
+                     + numbers(info, kappa=True)
+                     + f": {'inside' if info['in_regime'] else 'outside'} the {info['analyses']} analyses' "
+                     f"regime ({CONDITIONS[info['analyses']]}, b = 1 without momentum, a constant step)"
                      + (f"; {info['outside_setting']}" if "outside_setting" in info else "")
                      + (f"; lr caps the theory step {info['theory_step']:.4g}"
-                        if info.get("theory_step", 0) > info["step_size"] else ""))
+                        if info.get("theory_step", 0) > step else ""))
     return lines
 
 

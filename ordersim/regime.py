@@ -11,11 +11,14 @@ noise term, i.e. exp(−α μ n T) = the rate the theorem proves. ordersim takes
     every other orderer            1 / (m n T^2)    ln(m n T^2) / (μ n T)      (D-RR; RR for m = 1)
 
 Both analyses also assume a small step: α ≤ 1 / (c L n) for a constant c ≥ 1 (every example's loss
-L-smooth), which at this α means T ≳ κ log(·) with κ = L/μ. `regime` records those quantities; the
-check it reports is the necessary part that holds for any such c: α L_max n ≤ 1 and T ≥ κ_max =
-L_max / μ, in the analyses' setting: one example per worker per step (b = 1: n steps per epoch)
-and plain SGD steps (no momentum). A run with b > 1 or momentum is outside it whatever its
-numbers (they are still recorded, computed as for b = 1).
+L-smooth), which at this α means T ≳ κ log(·) with κ = L/μ. The analyses of smooth non-convex
+problems (RR's in arXiv 2006.05988, GraB's, CD-GraB's) take a step of the same order, 1/(L n), and
+no horizon (docs/simulator.md says what could be checked). `regime` records those
+quantities; the check it reports is the necessary part that holds for any such c: α L_max n ≤ 1,
+and under PL T ≥ κ_max = L_max / μ, in the analyses' setting: one example per worker per step
+(b = 1: n steps per epoch), plain SGD steps (no momentum) and a constant step. A run with b > 1,
+momentum or a decaying schedule is outside it whatever its numbers (they are still recorded,
+computed as for b = 1 and, for a decaying schedule, at its largest step).
 """
 
 import math
@@ -39,42 +42,67 @@ def theory_step(orderer: str, m: int, n: int, T: int, mu: float) -> float:
     return -math.log(theory_rate(orderer, m, n, T)) / (mu * n * T)
 
 
+# The schedules whose step is the same every epoch, as the analyses' is.
+CONSTANT_SCHEDULES = ("constant", "theory")
+
+# What each kind of analysis assumes, in the quantities `regime` records.
+CONDITIONS = {"PL": "alpha L_max n <= 1 and T >= kappa = L_max/mu", "smooth non-convex": "alpha L_max n <= 1"}
+
+
 def regime(alpha: float, constants: dict, m: int, n: int, T: int, batch: int = 1,
-           momentum: float = 0.0) -> dict:
+           momentum: float = 0.0, schedule: str = "constant") -> dict:
     """The quantities the analyses' step-size and horizon assumptions are stated in, and the check.
 
-    alpha_L_n uses L (the smoothness of the mean objective), alpha_Lmax_n L_max (of the worst
-    example: the theorems assume every example's loss is L-smooth); kappa = L_max / mu. in_regime
-    also needs the analyses' setting, b = 1 without momentum (the module's doc).
+    alpha is the run's step (a decaying schedule's largest). alpha_L_n uses L (the smoothness of the
+    mean objective), alpha_Lmax_n L_max (of the worst example: the theorems assume every example's
+    loss is L-smooth). With mu > 0 the PL analyses apply, and kappa = L_max / mu and T_over_kappa
+    are recorded; otherwise the smooth non-convex ones, which state no horizon. in_regime also
+    needs the analyses' setting, b = 1 without momentum at a constant step (the module's doc).
     """
     L, L_max, mu = (float(constants.get(k) or math.nan) for k in ("L", "L_max", "mu"))
-    kappa = L_max / mu if mu > 0 else math.inf
-    out = dict(alpha_L_n=alpha * L * n, alpha_Lmax_n=alpha * L_max * n, kappa=kappa,
-               T_over_kappa=T / kappa)
-    analysed = batch == 1 and momentum == 0
-    out["in_regime"] = bool(analysed and out["alpha_Lmax_n"] <= 1.0 and out["T_over_kappa"] >= 1.0)
-    if not analysed:
-        out["outside_setting"] = f"b = {batch}, momentum {momentum:g}: the analyses take b = 1 without momentum"
+    pl = mu > 0
+    out = dict(analyses="PL" if pl else "smooth non-convex", alpha_L_n=alpha * L * n,
+               alpha_Lmax_n=alpha * L_max * n)
+    inside = out["alpha_Lmax_n"] <= 1.0
+    if pl:
+        out.update(kappa=L_max / mu, T_over_kappa=T * mu / L_max)
+        inside = inside and out["T_over_kappa"] >= 1.0
+    outside_setting = []
+    if batch != 1 or momentum != 0:
+        outside_setting.append(f"b = {batch}, momentum {momentum:g}: the analyses take b = 1 without momentum")
+    if schedule not in CONSTANT_SCHEDULES:
+        outside_setting.append(f"schedule {schedule}: the analyses take a constant step (the numbers are "
+                               "at its largest)")
+    out["in_regime"] = bool(inside and not outside_setting)
+    if outside_setting:
+        out["outside_setting"] = "; ".join(outside_setting)
     return out
+
+
+def numbers(info: dict, kappa: bool = False) -> str:
+    """The regime's numbers of one run, as the warnings (and, with kappa, the dry run) print them."""
+    return (f"alpha L_max n = {info['alpha_Lmax_n']:.3g}, alpha L n = {info['alpha_L_n']:.3g}"
+            + (f", kappa = {info['kappa']:.3g}" if kappa and "kappa" in info else "")
+            + (f", T/kappa = {info['T_over_kappa']:.3g}" if "T_over_kappa" in info else ""))
 
 
 def regime_warning(regimes: dict) -> str | None:
     """One line naming the orderers ({name: regime(...)}) whose runs leave the regime, or None."""
-    outside = [f"{name} (" + (f"{info['outside_setting']}; " if "outside_setting" in info else "")
-               + f"alpha L_max n = {info['alpha_Lmax_n']:.3g}, alpha L n = {info['alpha_L_n']:.3g}, "
-               f"T/kappa = {info['T_over_kappa']:.3g})"
-               for name, info in regimes.items() if info and not info["in_regime"]]
+    outside = {name: info for name, info in regimes.items() if info and not info["in_regime"]}
     if not outside:
         return None
-    return ("ordersim: warning: outside the regime of the PL analyses (alpha L_max n <= 1 and "
-            "T >= kappa = L_max/mu): " + "; ".join(outside))
+    analyses = sorted({info["analyses"] for info in outside.values()})  # one kind: one problem a job
+    return (f"ordersim: warning: outside the regime of the {' and '.join(analyses)} analyses ("
+            + "; ".join(CONDITIONS[kind] for kind in analyses) + "): "
+            + "; ".join(f"{name} (" + (f"{info['outside_setting']}; " if "outside_setting" in info else "")
+                        + numbers(info) + ")" for name, info in outside.items()))
 
 
 def capped_warning(regimes: dict) -> str | None:
     """One line naming the orderers whose theory step lr capped, or None: their runs stay inside
     the assumptions (a smaller step) but not at the step whose bias term the rate is."""
     capped = {name: info for name, info in regimes.items()
-              if info and info.get("theory_step", 0) > info["step_size"]}  # {}: no regime recorded
+              if "theory_step" in info and info["theory_step"] > info["step_size"]}
     if not capped:
         return None
     step = next(iter(capped.values()))["step_size"]

@@ -280,16 +280,18 @@ def learning_rate(config: Config, epoch: int, setup: Setup, orderer: str = "rr")
 
 
 def theory_regime(config: Config, setup: Setup, orderer: str) -> dict:
-    """Run attributes: the step size and the quantities the PL analyses' assumptions are stated in
-    (ordersim.regime), for a constant step (the theory and constant schedules); {} otherwise."""
-    mu = setup.constants.get("mu")
-    if config.schedule not in ("theory", "constant") or not (mu or 0) > 0:
+    """Run attributes: the step size and the quantities the analyses' assumptions are stated in
+    (ordersim.regime), for every schedule on a problem with a known L_max; {} without one."""
+    if not math.isfinite(setup.constants.get("L_max") or math.nan):
         return {}
-    alpha = learning_rate(config, 0, setup, orderer)
-    out = dict(step_size=alpha, **regime.regime(alpha, setup.constants, config.workers, setup.n,
-                                                config.epochs, config.batch, config.momentum))
+    alpha = max(learning_rate(config, epoch, setup, orderer) for epoch in range(config.epochs))
+    constant = config.schedule in regime.CONSTANT_SCHEDULES
+    out = {"step_size" if constant else "largest_step": alpha,
+           **regime.regime(alpha, setup.constants, config.workers, setup.n, config.epochs, config.batch,
+                           config.momentum, config.schedule)}
     if config.schedule == "theory":  # step_size is min(lr, theory_step): below it, not the analysed step
-        out["theory_step"] = regime.theory_step(orderer, config.workers, setup.n, config.epochs, mu)
+        out["theory_step"] = regime.theory_step(orderer, config.workers, setup.n, config.epochs,
+                                                setup.constants["mu"])
     return out
 
 

@@ -202,14 +202,21 @@ RUN_ATTRIBUTES = (
               "orderer in a job, 0 for the others)"),
     Attribute("f_star, L, L_max, mu, sigma2_star, zeta2_star", "float",
               "the problem's constants (NaN where undefined, e.g. f* of a nonconvex problem)"),
-    Attribute("step_size, alpha_L_n, alpha_Lmax_n, kappa, T_over_kappa", "float",
-              "for the `theory` and `constant` schedules on a problem with μ > 0: the step α of every "
-              "epoch, α L n, α L_max n, κ = L_max / μ and T / κ ([simulator.md](simulator.md), \"The theory "
-              "schedule and the analyses' regime\")"),
-    Attribute("in_regime", "bool", "with those: α L_max n ≤ 1 and T ≥ κ, in the analyses' setting (b = 1, "
-              "no momentum: a run with b > 1 or momentum is outside whatever its numbers)"),
-    Attribute("outside_setting", "str", "with those, for a run with b > 1 or momentum: why it is outside the "
-              "analyses' setting"),
+    Attribute("step_size, alpha_L_n, alpha_Lmax_n", "float",
+              "on a problem with a known L_max (every built-in one but `mlp`), for every schedule: the step "
+              "α of every epoch (the `theory` and `constant` schedules; a decaying one records `largest_step` "
+              "instead and the numbers are at it), α L n and α L_max n ([simulator.md](simulator.md), \"The "
+              "theory schedule and the analyses' regime\")"),
+    Attribute("largest_step", "float", "with those, for a decaying schedule (`step`, `inv-epoch`, "
+              "`inv-sqrt-epoch`): its largest step"),
+    Attribute("kappa, T_over_kappa", "float", "with those, on a problem with μ > 0: κ = L_max / μ and T / κ"),
+    Attribute("analyses", "str", "with those: whose assumptions `in_regime` checks, `PL` (μ > 0) or "
+              "`smooth non-convex`"),
+    Attribute("in_regime", "bool", "with those: α L_max n ≤ 1, and under PL T ≥ κ, in the analyses' setting "
+              "(b = 1, no momentum, a constant step: a run with b > 1, momentum or a decaying schedule is "
+              "outside whatever its numbers)"),
+    Attribute("outside_setting", "str", "with those, for a run with b > 1, momentum or a decaying schedule: "
+              "why it is outside the analyses' setting"),
     Attribute("theory_step", "float", "with those, for the `theory` schedule: the analyses' step; `step_size` "
               "is min(lr, theory_step), and below it the run does not take the step the rate assumes"),
     Attribute("straggler_model, straggler_params, coding", "str", "with a straggler model (`stragglers` set; "

@@ -46,6 +46,25 @@ def test_minibatches_and_momentum_are_outside_the_analyses_setting(batch, moment
     assert info["outside_setting"] in regime.regime_warning({"rr": info})
 
 
+def test_without_mu_the_smooth_non_convex_analyses_step_condition_is_checked():
+    """A problem without mu > 0 is held to the smooth non-convex analyses' small step (no horizon):
+    before, such runs recorded and said nothing about their step."""
+    constants = {"L": 2.0, "L_max": 10.0, "mu": math.nan}
+    info = regime.regime(0.01, constants, 4, 16, 40)
+    assert info["analyses"] == "smooth non-convex" and "kappa" not in info and "T_over_kappa" not in info
+    assert info["alpha_Lmax_n"] == pytest.approx(1.6) and not info["in_regime"]
+    assert regime.regime(0.001, constants, 4, 16, 1)["in_regime"]  # no horizon: T = 1 is inside
+    line = regime.regime_warning({"rr": info})
+    assert "of the smooth non-convex analyses (alpha L_max n <= 1)" in line and "T/kappa" not in line
+
+
+@pytest.mark.parametrize("schedule", ["step", "inv-epoch", "inv-sqrt-epoch"])
+def test_a_decaying_schedule_is_outside_the_analyses_setting(schedule):
+    info = regime.regime(1e-4, {"L": 2.0, "L_max": 10.0, "mu": 0.5}, 4, 16, 40, schedule=schedule)
+    assert not info["in_regime"] and f"schedule {schedule}" in info["outside_setting"]
+    assert info["outside_setting"] in regime.regime_warning({"rr": info})
+
+
 def trace_of(tmp_path, name, *extra):
     out = tmp_path / f"{name}.h5"
     result = run_serial([*SMALL, *extra, "--out", str(out)])
@@ -102,6 +121,56 @@ def test_a_constant_step_outside_the_regime_warns_as_the_theory_schedule_does(tm
         attrs = f["runs/rr/seed_0"].attrs
         assert attrs["step_size"] == 0.5 and not attrs["in_regime"]
         assert f"rr (alpha L_max n = {attrs['alpha_Lmax_n']:.3g}" in warning
+
+
+NONCONVEX = ["--problem", "nonconvex-logistic", "--data", "synthetic:classification?n=64&d=3",
+             "--workers", "4", "--test-fraction", "0", "--seeds", "0", "--quiet", "--orderers", "rr",
+             "cd-grab", "--epochs", "2", "--schedule", "constant"]
+
+
+def test_a_nonconvex_run_records_its_step_against_L_and_warns_outside(tmp_path):
+    out = tmp_path / "large.h5"
+    result = run_serial([*NONCONVEX, "--lr", "1", "--out", str(out)])
+    assert result.returncode == 0, result.stderr
+    [warning] = [line for line in result.stderr.splitlines() if "outside the regime" in line]
+    assert "of the smooth non-convex analyses (alpha L_max n <= 1)" in warning
+    with h5py.File(out) as f:
+        for orderer in ("rr", "cd-grab"):
+            attrs = f[f"runs/{orderer}/seed_0"].attrs
+            assert attrs["analyses"] == "smooth non-convex" and "kappa" not in attrs
+            assert attrs["step_size"] == 1 and not attrs["in_regime"]
+            assert attrs["alpha_Lmax_n"] == pytest.approx(attrs["L_max"] * attrs["examples_per_worker"])
+            assert f"{orderer} (alpha L_max n = {attrs['alpha_Lmax_n']:.3g}" in warning
+    out = tmp_path / "small.h5"
+    result = run_serial([*NONCONVEX, "--lr", "1e-4", "--out", str(out)])
+    assert result.returncode == 0 and "outside the regime" not in result.stderr, result.stderr
+    with h5py.File(out) as f:
+        assert all(f[f"runs/{o}/seed_0"].attrs["in_regime"] for o in ("rr", "cd-grab"))
+
+
+def test_a_decaying_schedule_records_its_largest_step_and_warns(tmp_path):
+    """The step schedule may grow (lr_decay > 1): its largest step is the last epoch's."""
+    out = tmp_path / "growing.h5"
+    result = run_serial([*SMALL, "--schedule", "step", "--lr", "1e-4", "--lr-decay", "3", "--lr-step", "2",
+                         "--epochs", "5", "--out", str(out)])
+    assert result.returncode == 0, result.stderr
+    [warning] = [line for line in result.stderr.splitlines() if "outside the regime" in line]
+    assert "schedule step: the analyses take a constant step" in warning
+    with h5py.File(out) as f:
+        attrs = f["runs/rr/seed_0"].attrs
+        assert attrs["largest_step"] == pytest.approx(9e-4) and "step_size" not in attrs
+        assert attrs["alpha_Lmax_n"] == pytest.approx(9e-4 * attrs["L_max"] * attrs["examples_per_worker"])
+        assert not attrs["in_regime"] and attrs["analyses"] == "PL"
+
+
+def test_a_problem_without_a_bound_on_L_max_records_no_regime(tmp_path):
+    out = tmp_path / "mlp.h5"
+    result = run_serial(["--problem", "mlp", "--data", "synthetic:classification?n=64&d=3", "--workers", "2",
+                         "--test-fraction", "0", "--seeds", "0", "--quiet", "--orderers", "rr", "--epochs", "1",
+                         "--out", str(out)])
+    assert result.returncode == 0 and "outside the regime" not in result.stderr, result.stderr
+    with h5py.File(out) as f:
+        assert not {"in_regime", "alpha_Lmax_n", "analyses"} & set(f["runs/rr/seed_0"].attrs)
 
 
 def test_trace_records_the_code_state(tmp_path):
