@@ -441,8 +441,11 @@ def _check_shapes(where: str, X_shape: tuple, y_shape: tuple) -> None:
         raise ValueError(f"{where}: no data (X has shape {X_shape})")
 
 
-def _convert_labels(where: str, y: np.ndarray, label_kind: str | None, task: str | None):
-    """(converted y, classes, label map as JSON-friendly dict or None)."""
+def _convert_labels(where: str, y: np.ndarray, label_kind: str | None, task: str | None,
+                    labels_for: str | None = None):
+    """(converted y, classes, label map as JSON-friendly dict or None); labels_for names what asks
+    for label_kind in the errors."""
+    asker = labels_for or f"label_kind={label_kind!r}"
     values = np.unique(y)
     integral = bool(np.all(values == np.round(values)))
     if label_kind == "real" or (label_kind is None and (task == "regression" or (task is None and not integral))):
@@ -451,14 +454,15 @@ def _convert_labels(where: str, y: np.ndarray, label_kind: str | None, task: str
         return y, len(values), None
     if not integral and task != "classification":
         shown = ", ".join(f"{v:g}" for v in values[:5])
-        raise ValueError(f"{where}: label_kind={label_kind!r} needs class labels, but the labels are real "
+        raise ValueError(f"{where}: {asker} needs class labels, but the labels are real "
                          f"numbers ({shown}, ...); allowed: a problem for real labels (label_kind 'real': "
                          f"least-squares, robust-regression) or class labels")
     if label_kind == "binary":
         if len(values) != 2:
             shown = ", ".join(f"{v:g}" for v in values[:10]) + (", ..." if len(values) > 10 else "")
-            raise ValueError(f"{where}: label_kind='binary' needs exactly 2 classes, the labels have "
-                             f"{len(values)}: {shown}")
+            raise ValueError(f"{where}: {asker} needs exactly 2 classes, the labels have "
+                             f"{len(values)}: {shown}; allowed: data with 2 classes, or a problem for "
+                             f"several (label_kind 'multiclass': softmax, mlp)")
         mapped = np.where(y == values[1], 1.0, -1.0)
         return mapped, 2, {f"{values[0]:g}": -1, f"{values[1]:g}": 1}
     mapped = np.searchsorted(values, y).astype(np.float64)
@@ -975,7 +979,8 @@ def check_fits_in_memory(where: str, what: str, need: int, advice: str) -> None:
 
 def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True, test_fraction: float = 0.0,
                  seed: int = 0, label_kind: str | None = None, share=None,
-                 hdf5_locking: bool = True, keep_rows: bool = False, ranks: int | None = None) -> DataPlan:
+                 hdf5_locking: bool = True, keep_rows: bool = False, ranks: int | None = None,
+                 labels_for: str | None = None) -> DataPlan:
     """A `DataPlan` of the data set `spec` (arguments as `load_dataset`). One pass over the rows
     checks them and computes the labels and standardization statistics; with `share` (an object
     with `rank`, `size` and `allgather(obj)`, e.g. an MPI backend; streamed sources only) the ranks
@@ -987,7 +992,8 @@ def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
     routes each row to the rank asking for it, through `share.comm` and under `share.watchdog`),
     so no synthetic row is generated, and no file row read, twice. `ranks`: how many ranks the rows
     will be spread over, for the memory check (default: share's; a sweep's check of its cells
-    reads the rows in one process for a run on several)"""
+    reads the rows in one process for a run on several). `labels_for`: what asks for `label_kind`,
+    as the label errors name it (a run: its problem; default: `label_kind=...`)"""
     if label_kind is not None and label_kind not in LABEL_KINDS:
         raise ValueError(f"label_kind must be one of {', '.join(LABEL_KINDS)} or None, got {label_kind!r}")
     if not (isinstance(test_fraction, (int, float)) and 0.0 <= test_fraction < 1.0):
@@ -1051,7 +1057,7 @@ def open_dataset(spec: str, *, standardize: bool = True, intercept: bool = True,
     bad_labels = np.flatnonzero(~np.isfinite(y))
     if bad_labels.size:
         raise ValueError(f"{where}: label at row {bad_labels[0]} is {float(y[bad_labels[0]])!r}; labels must be finite")
-    y, classes, label_map = _convert_labels(where, y, label_kind, task)
+    y, classes, label_map = _convert_labels(where, y, label_kind, task, labels_for)
 
     info = {"source": spec, "kind": source_name, "standardized": bool(standardize), "intercept": bool(intercept),
             "test_fraction": float(test_fraction), "seed": int(seed), "label_kind": label_kind,

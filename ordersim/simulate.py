@@ -92,7 +92,8 @@ def _open_data(config: Config, share, keep_rows: bool, ranks: int | None = None)
         return open_dataset(config.data, standardize=config.standardize, intercept=config.intercept,
                             test_fraction=config.test_fraction, seed=config.data_seed,
                             label_kind=problem_cls.label_kind, share=share,
-                            hdf5_locking=config.hdf5_locking, keep_rows=keep_rows, ranks=ranks)
+                            hdf5_locking=config.hdf5_locking, keep_rows=keep_rows, ranks=ranks,
+                            labels_for=f"problem {config.problem!r} ({problem_cls.label_kind} labels)")
     except (ValueError, OSError) as err:
         raise ConfigError(f"config field 'data': {err}") from None
 

@@ -67,6 +67,19 @@ def test_dry_run_refuses_a_bad_field_like_a_run(tmp_path):
     assert "config field 'momentum': 1.5 is not allowed" in result.stderr
 
 
+@pytest.mark.parametrize("problem, data, words", [
+    ("logistic", "synthetic:regression?n=64&d=3", ["needs class labels", "least-squares"]),
+    ("logistic", "sklearn:iris", ["needs exactly 2 classes", "softmax"]),
+])
+def test_labels_the_problem_cannot_take_name_the_problem_not_an_api_term(tmp_path, problem, data, words):
+    """A user chose a problem, not a label_kind: the one line names the problem and what would fit."""
+    result = ordersim(["--dry-run", "--problem", problem, "--data", data], cwd=tmp_path)
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert f"problem '{problem}' (binary labels)" in line and "label_kind='" not in line, line
+    assert all(word in line for word in words), line
+
+
 TABLE_FIELDS = [name for name, f in FIELDS.items() if f.type is dict]
 
 
