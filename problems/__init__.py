@@ -9,10 +9,22 @@ the ``ordersim.problems`` entry-point group (ordersim.registry; docs/problems.md
     p = make_problem("path/to/my_problem.py", features=31, classes=2)
 """
 
+import warnings
 from pathlib import Path
 
+import ordersim
 from ordersim import numba_cache
 from ordersim.registry import Registry, package_classes
+
+# An editable install maps this package to the problems/ of the checkout it was installed from,
+# whichever ordersim PYTHONPATH puts first: a second checkout's ordersim would run with the first
+# one's problems, edits to its own silently unused.
+_beside = Path(ordersim.__file__).resolve().parent.parent / "problems"
+if (_beside / "__init__.py").is_file() and _beside != Path(__file__).resolve().parent:
+    warnings.warn(f"ordersim.problems is {Path(__file__).resolve().parent}, not {_beside} beside the ordersim "
+                  f"in use ({Path(ordersim.__file__).resolve().parent}): an editable install maps ordersim."
+                  f"problems to the checkout it was installed from; install this one (pip install -e "
+                  f"{_beside.parent}) to run its problems", stacklevel=2)
 
 numba_cache.register_tree(Path(__file__).parent)  # stamps the cached kernels the modules below define
 from ordersim.problems.base import Problem  # noqa: E402

@@ -1,6 +1,8 @@
 """The installed names: a user's own folders cannot shadow ordersim's, and the core runs without
 the optional extras."""
 
+import os
+import shutil
 import subprocess
 import sys
 
@@ -49,3 +51,24 @@ def test_merge_without_pandas_names_the_extra(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == ("ordersim: error: merge needs pandas, from the analysis extra: "
                                      "pip install 'ordersim[analysis]'")
+
+
+def test_a_second_checkouts_ordersim_says_it_runs_the_installed_checkouts_problems(tmp_path):
+    """With PYTHONPATH at a second checkout, its ordersim imports but an editable install still maps
+    ordersim.problems to the installed checkout's problems/: edits to the second checkout's
+    problems went silently unused (docs/performance.md compares checkouts that way)."""
+    import ordersim.problems
+
+    if ordersim.problems.__file__ != str(ROOT / "problems" / "__init__.py"):
+        pytest.skip("needs ordersim installed editable from this checkout (as README and CI install it)")
+    second = tmp_path / "second"
+    for folder in ("ordersim", "problems"):
+        shutil.copytree(ROOT / folder, second / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, PYTHONPATH=str(second))
+    listed = python(["-m", "ordersim", "problems"], cwd=tmp_path, env=env)
+    assert listed.returncode == 0, listed.stderr
+    [line] = listed.stderr.splitlines()
+    assert line.startswith("ordersim: warning: ordersim.problems is") and str(second / "problems") in line, line
+    assert f"pip install -e {second}" in line
+    same = python(["-m", "ordersim", "problems"], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert same.returncode == 0 and same.stderr == "", same.stderr
