@@ -370,9 +370,9 @@ def value_text(values, digits: int = 2) -> str:
 def config_text(df, exclude=(), runs: bool = True) -> str:
     """The configuration a figure's runs share, for its caption: problem and data, m, n, b (those
     not in ``exclude``: they vary and are shown otherwise), the step size α (the run's ``step_size``
-    when it has one, else ``lr``, the initial step of a schedule) against the smoothness: α L, and
-    α L n and α L_max n of the PL analyses' regime when the trace has them (docs/trace-format.md),
-    and (``runs``) the runs per line. A quantity that differs between runs is given as a range."""
+    when it has one, else a decaying schedule's ``largest_step``, else ``lr``) against the
+    smoothness: α L, and α L n and α L_max n of the analyses' regime when the trace has them
+    (docs/trace-format.md), and (``runs``) the runs per line. A quantity that differs between runs is given as a range."""
     parts = []
     if len(df) == 0:
         return ""
@@ -387,14 +387,17 @@ def config_text(df, exclude=(), runs: bool = True) -> str:
     def has(column):
         return column in df and df[column].notna().any()
 
-    if "lr" not in exclude and (has("step_size") or has("lr")):
-        # step_size: the constant step the run took (the theory schedule ignores lr)
-        step, against = df["step_size" if has("step_size") else "lr"], []
+    column = next((c for c in ("step_size", "largest_step", "lr") if has(c)), None)
+    if "lr" not in exclude and column:
+        # step_size: the constant step the run took (the theory schedule ignores lr); largest_step:
+        # a decaying schedule's, at which the regime's numbers are
+        step, against = df[column], []
         if has("L"):
             against.append(f"α L = {value_text(step * df['L'])}")
         against += [f"{text} = {value_text(df[c])}" for c, text in (("alpha_L_n", "α L n"),
                                                                      ("alpha_Lmax_n", "α L_max n")) if has(c)]
-        parts.append(f"step α = {value_text(step, 3)}" + (f" ({', '.join(against)})" if against else ""))
+        name = "largest step α" if column == "largest_step" else "step α"
+        parts.append(f"{name} = {value_text(step, 3)}" + (f" ({', '.join(against)})" if against else ""))
     if runs and {"file", "seed", "orderer"} <= set(df.columns):
         line = ["orderer", *config_columns(df)]
         per_line = df.drop_duplicates(["file", "seed", *line]).groupby(line, dropna=False).size()

@@ -11,6 +11,7 @@ pytest.importorskip("pandas")
 
 import matplotlib.colors  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
 
 from ordersim.analysis import convergence, herding, herding_sim, scaling, stragglers, style  # noqa: E402
 from ordersim.analysis.load import load_herding_sim  # noqa: E402
@@ -279,3 +280,9 @@ def test_log_tick_labels_are_plain_numbers_or_powers_of_ten():
     ax.set_ylim(2, 12)  # herding's short ranges keep plain numbers
     fig.canvas.draw()
     assert "10" in [t.get_text() for t in ax.get_yticklabels()]
+
+
+def test_caption_of_a_decaying_schedule_gives_its_largest_step_the_regime_numbers_are_at():
+    text = style.config_text(pd.DataFrame({"problem": ["logistic"], "lr": [1e-4], "largest_step": [9e-4],
+                                     "L": [2.0], "alpha_Lmax_n": [0.5]}), runs=False)
+    assert text == "logistic; largest step α = 0.0009 (α L = 0.0018, α L_max n = 0.5)", text
