@@ -86,26 +86,49 @@ def numbers(info: dict, kappa: bool = False) -> str:
             + (f", T/kappa = {info['T_over_kappa']:.3g}" if "T_over_kappa" in info else ""))
 
 
+def grouped(texts: dict) -> str:
+    """{name: text} as "a, b (text); c (other text)": names with the same text once, in order."""
+    groups: dict[str, list[str]] = {}
+    for name, text in texts.items():
+        groups.setdefault(text, []).append(name)
+    return "; ".join(f"{', '.join(names)} ({text})" for text, names in groups.items())
+
+
 def regime_warning(regimes: dict) -> str | None:
-    """One line naming the orderers ({name: regime(...)}) whose runs leave the regime, or None."""
+    """One line naming the orderers ({name: regime(...)}) whose runs leave the regime, or None;
+    orderers with the same numbers share them."""
     outside = {name: info for name, info in regimes.items() if info and not info["in_regime"]}
     if not outside:
         return None
     analyses = sorted({info["analyses"] for info in outside.values()})  # one kind: one problem a job
     return (f"ordersim: warning: outside the regime of the {' and '.join(analyses)} analyses ("
             + "; ".join(CONDITIONS[kind] for kind in analyses) + "): "
-            + "; ".join(f"{name} (" + (f"{info['outside_setting']}; " if "outside_setting" in info else "")
-                        + numbers(info) + ")" for name, info in outside.items()))
+            + grouped({name: (f"{info['outside_setting']}; " if "outside_setting" in info else "")
+                       + numbers(info) for name, info in outside.items()}))
 
 
 def capped_warning(regimes: dict) -> str | None:
-    """One line naming the orderers whose theory step lr capped, or None: their runs stay inside
-    the assumptions (a smaller step) but not at the step whose bias term the rate is."""
+    """One line naming the orderers whose theory step lr capped, or None: their runs take a smaller
+    step than the one whose bias term is the rate. Raising lr brings a run to the analysed step,
+    but into the analyses' regime only where that step is in it: α L_max n = κ ln(1/ρ) / T at the
+    theory step, so it needs T ≥ κ ln(1/ρ); the line says which."""
     capped = {name: info for name, info in regimes.items()
               if "theory_step" in info and info["theory_step"] > info["step_size"]}
     if not capped:
         return None
     step = next(iter(capped.values()))["step_size"]
-    return (f"ordersim: warning: lr = {step:.3g} caps the theory step of "
-            + ", ".join(f"{name} ({info['theory_step']:.3g})" for name, info in capped.items())
-            + ": their runs do not take the step the analyses' rate assumes (raise lr above it)")
+    # at the theory step: alpha L_max n scales with the step; T / kappa does not change
+    at_it = {name: info["alpha_Lmax_n"] * info["theory_step"] / info["step_size"] for name, info in capped.items()}
+    outside = [name for name, info in capped.items() if at_it[name] > 1 or info["T_over_kappa"] < 1
+               or "outside_setting" in info]
+    line = (f"ordersim: warning: lr = {step:.3g} caps the theory step of "
+            + grouped({name: f"{info['theory_step']:.3g}; alpha L_max n = {at_it[name]:.3g} at it"
+                       for name, info in capped.items()})
+            + ": their runs do not take the step the analyses' rate assumes")
+    if not outside:
+        return line + " (raise lr above it)"
+    # alpha L_max n = kappa ln(1/rate) / T at the theory step: <= 1 needs T >= kappa ln(1/rate)
+    horizon = max(at_it[name] * capped[name]["T_over_kappa"] * capped[name]["kappa"] for name in outside)
+    return (line + f", and a larger lr would not bring {', '.join(outside)} into the analyses' regime: "
+            f"at the theory step alpha L_max n = kappa ln(1/rate) / T, which needs T >= ~{horizon:.2g} "
+            f"epochs")

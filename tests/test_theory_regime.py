@@ -104,12 +104,26 @@ def test_an_lr_below_the_theory_step_is_recorded_and_said(tmp_path):
         for orderer in ("rr", "cd-grab"):
             attrs = f[f"runs/{orderer}/seed_0"].attrs
             assert attrs["step_size"] == 1e-5 < attrs["theory_step"] and attrs["in_regime"]
-            assert f"{orderer} ({attrs['theory_step']:.3g})" in line
+            assert f"{orderer} ({attrs['theory_step']:.3g}; alpha L_max n = " in line
+    assert line.endswith("(raise lr above it)")  # in the regime at the theory step too
     out, result = trace_of(tmp_path, "uncapped", "--epochs", "2")  # lr 1: above the theory steps
     assert "caps the theory step" not in result.stderr
     with h5py.File(out) as f:
         attrs = f["runs/rr/seed_0"].attrs
         assert attrs["step_size"] == attrs["theory_step"]
+
+
+def test_a_capped_theory_step_outside_the_regime_does_not_advise_raising_lr():
+    """The default experiment's theory steps (T = 5 against kappa ~ 10^4) are further outside the
+    regime than its lr: the line said "raise lr above it", and a user who did got f - f* 2000x
+    worse. It says now what would bring the runs into the regime: a horizon, not a step."""
+    constants, m, n, T = {"L": 2.0, "L_max": 10.0, "mu": 0.5}, 4, 16, 5
+    alpha = regime.theory_step("rr", m, n, T, constants["mu"])
+    info = dict(regime.regime(alpha / 10, constants, m, n, T), step_size=alpha / 10, theory_step=alpha)
+    line = regime.capped_warning({"rr": info})
+    assert "raise lr" not in line and "a larger lr would not bring rr into the analyses' regime" in line
+    # at the theory step alpha L_max n = kappa ln(1/rate) / T: T >= kappa ln(1/rate) brings it to 1
+    assert f"T >= ~{alpha * 10.0 * n * T:.2g} epochs" in line
 
 
 def test_a_constant_step_outside_the_regime_warns_as_the_theory_schedule_does(tmp_path):
@@ -120,7 +134,7 @@ def test_a_constant_step_outside_the_regime_warns_as_the_theory_schedule_does(tm
     with h5py.File(out) as f:
         attrs = f["runs/rr/seed_0"].attrs
         assert attrs["step_size"] == 0.5 and not attrs["in_regime"]
-        assert f"rr (alpha L_max n = {attrs['alpha_Lmax_n']:.3g}" in warning
+        assert f"rr, cd-grab (alpha L_max n = {attrs['alpha_Lmax_n']:.3g}" in warning  # the same numbers
 
 
 NONCONVEX = ["--problem", "nonconvex-logistic", "--data", "synthetic:classification?n=64&d=3",
@@ -140,7 +154,8 @@ def test_a_nonconvex_run_records_its_step_against_L_and_warns_outside(tmp_path):
             assert attrs["analyses"] == "smooth non-convex" and "kappa" not in attrs
             assert attrs["step_size"] == 1 and not attrs["in_regime"]
             assert attrs["alpha_Lmax_n"] == pytest.approx(attrs["L_max"] * attrs["examples_per_worker"])
-            assert f"{orderer} (alpha L_max n = {attrs['alpha_Lmax_n']:.3g}" in warning
+            assert f"alpha L_max n = {attrs['alpha_Lmax_n']:.3g}" in warning
+    assert "rr, cd-grab (alpha L_max n = " in warning  # the same numbers, given once
     out = tmp_path / "small.h5"
     result = run_serial([*NONCONVEX, "--lr", "1e-4", "--out", str(out)])
     assert result.returncode == 0 and "outside the regime" not in result.stderr, result.stderr
