@@ -915,6 +915,14 @@ class DataPlan:
         _standardize_in_place(out, self.mean, self.scale, self.intercept)
         return out
 
+    def first_kept_train(self, k: int) -> np.ndarray | None:
+        """The first k training rows this process kept, transformed as train_rows gives them, but
+        not taken (the first train_rows call hands the kept rows out, collectively on several
+        ranks); None when it kept fewer."""
+        if self.kept_train is None or self.kept_train.shape[0] < k:
+            return None
+        return _transformed(self.kept_train[:k, :self.mean.shape[0]], self.mean, self.scale, self.intercept)
+
     def _from_kept(self, kept: np.ndarray, idx: np.ndarray) -> np.ndarray:
         """Rows idx of `kept`, transformed: in place (rows moved into visit order, then
         standardized) when idx are distinct rows that leave less than a block of `kept` unused (a

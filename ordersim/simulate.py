@@ -37,6 +37,7 @@ from ordersim.streams import stream
 from ordersim.stragglers import clock_from_config
 from ordersim.trace import NoTrace, TraceWriter, utc_now
 from ordersim.problems import make_problem, problem_class
+from ordersim.problems.base import kernel_probe_error, probe_rows
 
 NO_COEFFICIENTS = np.zeros((1, 1, 1))  # the coefficients of plain (not decoded) updates
 # Bound on the doubles a chunk buffer holds (herding's step sums).
@@ -120,11 +121,28 @@ def _fit_to_data(config: Config, plan) -> tuple:
     return problem, shards, dropped
 
 
+def _probe_rows(plan, problem) -> tuple[np.ndarray, np.ndarray]:
+    """Two training rows and labels for the kernel probe: the first two rows this process kept,
+    with the labels of training examples 0 and 1 (the same examples' in one process and on rank
+    0, whose kept rows start with block 0's); rows of the problem's kind when it kept fewer."""
+    rows = plan.first_kept_train(2)
+    return probe_rows(problem) if rows is None else (rows, plan.y[:2])
+
+
 def _plan(config: Config, share) -> tuple:
-    """Problem, data plan, partition; or ConfigError naming the field at fault."""
+    """Problem, data plan, partition; or ConfigError naming the field at fault. The problem's
+    kernels are probed here, before anything compiles them (kernel_probe_error)."""
     plan = _open_data(config, share, keep_rows=True)
     problem, shards, dropped = _fit_to_data(config, plan)
+    check_kernels(problem, *_probe_rows(plan, problem))
     return problem, plan, shards, dropped
+
+
+def check_kernels(problem, A, y) -> None:
+    """kernel_probe_error's line as a ConfigError."""
+    error = kernel_probe_error(problem, A, y)
+    if error:
+        raise ConfigError(f"config field 'problem': {error}")
 
 
 # The fields that choose a data plan (open_dataset's arguments)
@@ -134,8 +152,9 @@ DATA_FIELDS = ("data", "standardize", "intercept", "test_fraction", "data_seed",
 def check_cells_against_data(cells: list[tuple[Config, object]], ranks: int) -> None:
     """A sweep's cells (checked configs, Cell) against their data before the first one computes:
     each data set opened once, in this process, keeping no rows (one pass that checks them and
-    counts the labels; the memory check per rank of a run on `ranks`); ConfigError naming the
-    cell and the field at fault."""
+    counts the labels; the memory check per rank of a run on `ranks`), each cell's problem fitted
+    to it and its kernels probed (check_kernels, on rows of its kind); ConfigError naming the cell
+    and the field at fault."""
     plans = {}
     for config, cell in cells:
         try:
@@ -143,7 +162,8 @@ def check_cells_against_data(cells: list[tuple[Config, object]], ranks: int) -> 
             key = (*(getattr(config, name) for name in DATA_FIELDS), kind)
             if key not in plans:
                 plans[key] = _open_data(config, None, keep_rows=False, ranks=ranks)
-            _fit_to_data(config, plans[key])
+            problem = _fit_to_data(config, plans[key])[0]
+            check_kernels(problem, *probe_rows(problem))  # no rows kept here: rows of its kind
         except ConfigError as err:
             where = f"sweep cell {cell.index} ({json.dumps(cell.params)})" if cell else "sweep cell"
             raise ConfigError(f"{where}: {err}") from None

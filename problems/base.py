@@ -23,11 +23,15 @@ projecting each gradient (docs/algorithms.md, "Random projection before balancin
 
 import inspect
 import math
+import warnings
 from dataclasses import dataclass
+from types import CodeType, FunctionType
 
 import numpy as np
 from numba import config as numba_config
 from numba.core.dispatcher import Dispatcher
+
+from ordersim import numba_cache
 
 LABEL_KINDS = ("binary", "multiclass", "real")
 
@@ -62,6 +66,75 @@ def kernel_contract_error(cls) -> str | None:
         except (TypeError, ValueError):
             return (f"kernel {name}{inspect.signature(getattr(kernel, 'py_func', kernel))} does not take "
                     f"the contract's arguments ({arguments})")
+    return None
+
+
+def _global_names(code: CodeType) -> set[str]:
+    """The global names a code object and the code nested in it (comprehensions, lambdas) load."""
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if isinstance(constant, CodeType):
+            names |= _global_names(constant)
+    return names
+
+
+def python_function(kernel, copies: dict | None = None):
+    """A kernel's pure-Python function (``py_func``; the kernel itself under NUMBA_DISABLE_JIT),
+    calling the jitted helpers it names among its module's globals as pure Python in turn: called
+    from Python a dispatcher compiles itself (seconds), without bounds checks. A closure is taken
+    as it is. `copies`: the functions made so far (a helper shared, or calling itself)."""
+    function = getattr(kernel, "py_func", kernel)
+    copies = {} if copies is None else copies
+    if function in copies or not isinstance(function, FunctionType) or function.__closure__ is not None:
+        return copies.get(function, function)
+    names = dict(function.__globals__)
+    copies[function] = copy = numba_cache.function_copy(function, names)
+    for name in _global_names(function.__code__):
+        if isinstance(names.get(name), Dispatcher):
+            names[name] = python_function(names[name], copies)
+    return copy
+
+
+def probe_rows(problem) -> tuple[np.ndarray, np.ndarray]:
+    """Two rows of ones and labels the problem takes: the kernel probe's rows where no data rows
+    are at hand."""
+    labels = {"binary": [1.0, -1.0], "multiclass": [0.0, max(problem.classes - 1, 0)], "real": [0.0, 0.0]}
+    return np.ones((2, problem.features)), np.array(labels[problem.label_kind])
+
+
+def kernel_probe_error(problem, A, y) -> str | None:
+    """An IndexError of one of the problem's kernels, each run once as pure Python
+    (python_function) on the rows A[:2] and labels y[:2], as one line naming the kernel; or None.
+    Compiled, a kernel has no bounds checks: one that reads params[1] when kernel_params() gives
+    only [lam] reads whatever lies there, and the run goes on with wrong numbers. Any other
+    exception is ignored: a Numba-only construct may not run as Python, and Numba reports a
+    mistake of the code when it compiles the kernel."""
+    A = np.ascontiguousarray(A[:2], dtype=np.float64)
+    y = np.ascontiguousarray(y[:2], dtype=np.float64)
+    rows = A.shape[0]
+    try:
+        x = np.array(problem.initial_point(np.random.default_rng(0)), dtype=np.float64).reshape(problem.dim)
+    except Exception:  # the hook's own mistake: the run reports it where it calls the hook
+        x = np.zeros(problem.dim)
+    copies = {}
+    for name, arguments in KERNEL_ARGUMENTS.items():
+        kernel = getattr(problem, name, None)
+        if kernel is None:
+            continue
+        values = {"x": x.copy(), "A": A, "y": y, "idx": np.arange(rows, dtype=np.int64),
+                  "params": problem.params.copy(), "slopes": np.zeros(rows),
+                  "out": np.zeros((rows, problem.dim) if name.startswith("batch_grads") else problem.dim)}
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # overflow on made-up rows: the probe's, not the run's
+                python_function(kernel, copies)(*(values[a] for a in arguments.split(", ")))
+        except IndexError as err:
+            return (f"{problem.name}'s kernel {name} raised IndexError, run once as plain Python on "
+                    f"{rows} rows ({err}): compiled, it reads past an array's end and goes on with wrong "
+                    f"numbers; params holds the {problem.params.size} value(s) of kernel_params(): a kernel "
+                    f"that reads more needs kernel_params() to return them")
+        except Exception:  # not the probe's to report (docstring)
+            pass
     return None
 
 

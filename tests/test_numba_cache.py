@@ -312,11 +312,19 @@ def test_on_a_cold_cache_the_node_compiles_each_kernel_once_and_its_ranks_load_i
 @NEEDS_JIT
 @pytest.mark.parametrize("bad, words", [(["--batch", "1000"], ["'batch'", "1000"]),
                                         (["--problem", "softmax", "--data", "synthetic:regression?n=160&d=4"],
-                                         ["'data'", "real numbers"])])
+                                         ["'data'", "real numbers"]),
+                                        (["--problem", "{tmp_path}/reads_params_1.py", "--data",
+                                          "synthetic:regression?n=160&d=4"],
+                                         ["'problem'", "kernel batch_grads raised IndexError", "kernel_params()"])])
 def test_on_a_cold_cache_a_data_error_comes_before_the_node_compiles(tmp_path, bad, words):
     """What only the data can refute (a batch larger than a worker's examples, labels the problem
-    cannot take) is found before warm_node_first compiles the config's kernels (10-30 s of a cold
-    cache at mpiexec -n 2 on 2 cores): no kernel of the steps is saved, no warm marker written."""
+    cannot take, a kernel that reads past params' end on the data's first rows) is found before
+    warm_node_first compiles the config's kernels (10-30 s of a cold cache at mpiexec -n 2 on 2
+    cores): no kernel of the steps is saved, no warm marker written."""
+    from test_problems import READS_PARAMS_1
+
+    (tmp_path / "reads_params_1.py").write_text(READS_PARAMS_1)  # the last case's problem
+    bad = [arg.format(tmp_path=tmp_path) for arg in bad]
     result = run_mpi(2, ["-m", "ordersim", "--backend", "mpi", "--data", "synthetic:classification?n=160&d=4",
                          "--epochs", "1", "--orderers", "rr", *bad, "--out", str(tmp_path / "t.h5")],
                      timeout=300, env={"NUMBA_DEBUG_CACHE": "1", "NUMBA_CACHE_DIR": str(tmp_path / "numba")})

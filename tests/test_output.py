@@ -465,11 +465,17 @@ def test_a_quoted_number_in_a_config_file_is_refused(tmp_path, toml, words):
     ("workers = [2, 1000]", ["sweep cell 1", "'workers'", "got 1000"]),
     ('data = ["sklearn:breast_cancer", "synthetic:regression?n=100&d=3"]',
      ["sweep cell 1", "config field 'data'", "real numbers"]),
+    ('problem = ["least-squares", "{tmp_path}/reads_params_1.py"]',
+     ["sweep cell 1", "config field 'problem'", "kernel batch_grads raised IndexError"]),
 ])
 def test_a_sweep_cell_its_data_refutes_is_refused_before_the_first_cell_computes(tmp_path, ranks, sweep, words):
     """What only the data can refute (a batch beyond a worker's examples, more workers than examples,
-    labels the problem cannot take) was found when that cell's turn came, after the cells before it
-    had trained."""
+    labels the problem cannot take, a kernel reading past params) was found when that cell's turn
+    came, after the cells before it had trained."""
+    from test_problems import READS_PARAMS_1
+
+    (tmp_path / "reads_params_1.py").write_text(READS_PARAMS_1)
+    sweep = sweep.format(tmp_path=tmp_path)
     config = tmp_path / "sweep.toml"
     config.write_text(f'orderers = ["rr"]\nseeds = [0]\nepochs = 1\nout = "{tmp_path / "s.h5"}"\n'
                       f"[sweep]\n{sweep}\n")

@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +131,32 @@ def test_contract_holds_for_every_registered_problem(name):
     accuracy = problem.accuracy(x, A, y, idx, problem.params)
     assert np.isnan(accuracy) if problem.label_kind == "real" else 0.0 <= accuracy <= 1.0
     assert problem.initial_point(np.random.default_rng(0)).shape == (problem.dim,)
+
+
+@pytest.mark.parametrize("name", sorted(available_problems()))
+def test_every_registered_problem_passes_the_kernel_probe(name):
+    """The probe a run makes before compiling (kernel_probe_error) never fires on a correct
+    problem, and it runs every kernel through as Python, its helpers too, with the compiled
+    kernel's values: nothing of it is swallowed as a Numba-only construct."""
+    from ordersim.problems.base import KERNEL_ARGUMENTS, kernel_probe_error, probe_rows, python_function
+
+    cls = problem_class(name)
+    problem = make_problem(name, P, {"binary": 2, "multiclass": K, "real": 0}[cls.label_kind])
+    A, y = probe_rows(problem)
+    assert kernel_probe_error(problem, A, y) is None
+    x = problem.initial_point(np.random.default_rng(0))
+    for kernel, arguments in KERNEL_ARGUMENTS.items():
+        if getattr(problem, kernel) is None:
+            continue
+        results = []
+        for function in (getattr(problem, kernel), python_function(getattr(problem, kernel))):
+            values = {"x": x, "A": A, "y": y, "idx": np.arange(2, dtype=np.int64), "params": problem.params,
+                      "slopes": np.zeros(2),
+                      "out": np.zeros((2, problem.dim) if kernel.startswith("batch_grads") else problem.dim)}
+            returned = function(*(values[a] for a in arguments.split(", ")))
+            results.append((np.asarray(returned, dtype=np.float64), values["out"], values["slopes"]))  # None: NaN
+        for compiled, python in zip(*results):
+            np.testing.assert_allclose(python, compiled, rtol=1e-12, atol=1e-15)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -332,6 +359,115 @@ def test_a_problem_that_breaks_the_kernel_contract_is_one_line_before_any_data(l
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "config field 'problem'" in lines[0] and re.search(message, lines[0]), result.stderr
     assert not (tmp_path / "x.h5").exists()
+
+
+# A plug-in problem whose kernels read params[1], the option weight, through a helper, where the
+# default kernel_params() gives only [lam]: compiled, they read whatever lies past the array's end.
+READS_PARAMS_1 = textwrap.dedent("""
+    import numpy as np
+    from numba import njit
+
+    from ordersim.problems.base import Problem
+
+
+    @njit(cache=True, error_model="numpy")
+    def weight(params):
+        return params[1]
+
+
+    @njit(cache=True, error_model="numpy")
+    def batch_grads(x, A, y, idx, params, out):
+        lam, w, total = params[0], weight(params), 0.0
+        for r in range(idx.shape[0]):
+            i = idx[r]
+            e = -y[i]
+            for j in range(x.shape[0]):
+                e += A[i, j] * x[j]
+            total += 0.5 * w * e * e + 0.5 * lam * (x @ x)
+            for j in range(x.shape[0]):
+                out[r, j] = w * e * A[i, j] + lam * x[j]
+        return total
+
+
+    @njit(cache=True, error_model="numpy")
+    def full_grad(x, A, y, idx, params, out):
+        grads = np.empty((idx.shape[0], x.shape[0]))
+        total = batch_grads(x, A, y, idx, params, grads)
+        for j in range(x.shape[0]):
+            out[j] = grads[:, j].mean()
+        return total / idx.shape[0]
+
+
+    @njit(cache=True, error_model="numpy")
+    def full_loss(x, A, y, idx, params):
+        return full_grad(x, A, y, idx, params, np.empty(x.shape[0]))
+
+
+    @njit(cache=True, error_model="numpy")
+    def accuracy(x, A, y, idx, params):
+        return np.nan
+
+
+    class Weighted(Problem):
+        name = "weighted-least-squares"
+        description = "least squares, its loss weighted by the option weight"
+        defaults = {"lam": 1e-3, "weight": 2.0}
+        batch_grads = staticmethod(batch_grads)
+        full_loss = staticmethod(full_loss)
+        full_grad = staticmethod(full_grad)
+        accuracy = staticmethod(accuracy)
+""")
+PASSES_THE_WEIGHT = ("\n    def kernel_params(self):\n"
+                     "        return np.array([self.options['lam'], self.options['weight']])\n")
+
+
+@pytest.mark.parametrize("jit", ["on", "off"])
+def test_a_kernel_that_reads_past_kernel_params_is_one_line_before_anything_compiles(tmp_path, jit):
+    """Probed once as Python on two data rows before the run compiles: the IndexError is one line
+    naming the kernel and kernel_params(), exit 2 (with Numba on, the run went on with whatever
+    lay past params' end); with kernel_params() passing the weight, the file runs. Without the
+    JIT too (the kernels are plain functions, the probe calls them as they are)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_DISABLE_JIT"}
+    if jit == "off":
+        env["NUMBA_DISABLE_JIT"] = "1"
+    for name, source, status in (("reads_params_1", READS_PARAMS_1, 2),
+                                 ("passes_the_weight", READS_PARAMS_1 + PASSES_THE_WEIGHT, 0)):
+        plug_in = tmp_path / f"{name}.py"
+        plug_in.write_text(source)
+        out = tmp_path / f"{name}.h5"
+        result = subprocess.run([sys.executable, "-m", "ordersim", "--problem", str(plug_in), "--data",
+                                 "synthetic:regression?n=40&d=3", "--orderers", "rr", "--epochs", "1", "--quiet",
+                                 "--cache-dir", str(tmp_path / "cache"), "--out", str(out)],
+                                capture_output=True, text=True, timeout=300, env=env)
+        assert result.returncode == status, result.stderr
+        if status == 0:
+            assert out.exists(), result.stdout
+            continue
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("ordersim: error: config field 'problem': "
+                                                       "weighted-least-squares's kernel batch_grads raised "
+                                                       "IndexError"), result.stderr
+        assert "kernel_params()" in lines[0] and "Traceback" not in result.stderr, result.stderr
+        assert not out.exists()
+
+
+def test_the_probe_runs_the_helpers_a_kernel_calls_as_python_and_compiles_nothing(tmp_path):
+    """The helper a kernel calls by its name in its module runs as Python in the probe: its
+    IndexError is the kernel's. Called from Python, a dispatcher would compile itself (seconds),
+    with no bounds checks."""
+    from ordersim.problems.base import kernel_probe_error, probe_rows
+
+    plug_in = tmp_path / "reads_params_1.py"
+    plug_in.write_text(READS_PARAMS_1)
+    problem = make_problem(str(plug_in), P)
+    error = kernel_probe_error(problem, *probe_rows(problem))
+    assert re.fullmatch(r"weighted-least-squares's kernel batch_grads raised IndexError, run once as plain "
+                        r"Python on 2 rows \(index 1 is out of bounds for axis 0 with size 1\): .*; params "
+                        r"holds the 1 value\(s\) of kernel_params\(\): .*", error), error
+    module = sys.modules[type(problem).__module__]
+    compiled = [name for name in ("weight", "batch_grads", "full_grad", "full_loss", "accuracy")
+                if getattr(getattr(module, name), "signatures", [])]
+    assert compiled == []
 
 
 # A plug-in problem whose hook returns what its contract does not allow: found while the constants
