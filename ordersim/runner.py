@@ -158,6 +158,7 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
                                    default_out_path, plan_data, prepare, run_experiment,
                                    stop_at_phase_boundary, summary_table)
 
+    started = time.perf_counter()  # the last line's time: the whole job, compiling included
     stop = stop_request()  # installed by `python -m ordersim run` before its imports
     backend = SerialBackend(1)
     try:
@@ -221,10 +222,9 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
               f"epochs, backend {config.backend} on {backend.size} rank(s)", flush=True)
         if state is not None:
             print(f"ordersim: resuming from {checkpoint_path(out)}", flush=True)
-    start = time.perf_counter()
     # backend.close() is collective: only on the paths every rank takes (an exception aborts)
     try:
-        results = run_experiment(config, backend, setup, out, stop, state, cell)
+        results = run_experiment(config, backend, setup, out, stop, state, cell, started)
     except ConfigError as err:  # a checkpoint whose run state does not fit, on every rank
         if rank == 0:
             print(f"ordersim: error: {err}", file=sys.stderr, flush=True)
@@ -251,7 +251,7 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
         if cell:  # a sweep prints a table per cell: say whose (with --quiet nothing above does)
             print(f"sweep cell {cell.index} of {cell.count}: {json.dumps(cell.params)}")
         print(summary_table(results))
-        print(f"\ntrace: {out}  ({time.perf_counter() - start:.1f} s)", flush=True)
+        print(f"\ntrace: {out}  ({time.perf_counter() - started:.1f} s)", flush=True)
     return 0
 
 

@@ -707,15 +707,17 @@ def run_plan(config: Config) -> list[tuple[str, int]]:
 
 def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: str,
                    stop: StopRequest | None = None, resume: dict | None = None,
-                   cell=None) -> dict:
+                   cell=None, started: float | None = None) -> dict:
     """Every (orderer, seed) run; returns {orderer: [final records]} for the summary table.
 
     With `resume` (a loaded checkpoint) the trace is cut back to the checkpoint and the plan goes
     on from there. When `stop` was requested, or every `checkpoint_every` epochs, the ranks write
     a checkpoint at an epoch boundary; after a stop request, Checkpointed is raised. A checkpoint
     whose run state does not fit raises ConfigError on every rank, before the trace is touched.
-    `cell` (a sweep.Cell) is recorded in the trace's root attributes.
+    `cell` (a sweep.Cell) is recorded in the trace's root attributes; `started` (perf_counter) is
+    when the command began, for the trace's `setup_time` (default: now).
     """
+    started = time.perf_counter() if started is None else started
     plan = run_plan(config)
     position, resumed = 0, None
     results: dict[str, list[dict]] = {}
@@ -737,7 +739,7 @@ def run_experiment(config: Config, backend: SerialBackend, setup: Setup, out: st
     # the first run's warm-up before the trace is touched: it finds a measurement plug-in that does
     # not fit (a config error)
     warm_up_time = compile_once(*plan[position]) if position < len(plan) else 0.0
-    writer, run_id = open_trace(config, backend, setup, out, plan, resume, cell)
+    writer, run_id = open_trace(config, backend, setup, out, plan, resume, cell, started)
     constants = {k: v for k, v in setup.constants.items() if k != "x_star"}
     regimes = {name: theory_regime(config, setup, name) for name in config.orderers}
     warn_regime(backend, regimes)
@@ -849,10 +851,10 @@ def report_divergence(run: Run, backend, orderer_name: str, seed: int, epoch: in
         print(f"[{orderer_name} seed {seed}] diverged in epoch {epoch} (lr {lr:g}): {why}", flush=True)
 
 
-def open_trace(config, backend, setup, out, plan, resume, cell):
+def open_trace(config, backend, setup, out, plan, resume, cell, started):
     """(writer, run id): the trace writer (rank 0; the others hold a NoTrace), new or cut back to
     a checkpoint, and the trace's run id (every rank). A new trace makes any checkpoint of the
-    output stale: it is deleted first."""
+    output stale: it is deleted first; it records the seconds since `started` (perf_counter)."""
     hosts = backend.hosts()  # collective: every rank takes part
     run_id = backend.bcast(resume["run_id"] if resume is not None else new_run_id())
     if backend.rank != 0:
@@ -872,7 +874,7 @@ def open_trace(config, backend, setup, out, plan, resume, cell):
         config=config.to_json(), ranks=backend.size, backend=config.backend,
         exchange=backend.exchange, hosts=hosts, run_id=run_id,
         problem=config.problem, data=config.data, dropped_examples=setup.dropped,
-        data_info=setup.data_info, **provenance.code_state(),
+        data_info=setup.data_info, setup_time=time.perf_counter() - started, **provenance.code_state(),
         **(cell.trace_attrs() if cell else {})),
         locking=config.hdf5_locking)
     writer.add_array("shards", setup.shards)

@@ -177,6 +177,9 @@ ROOT_ATTRIBUTES = (
     Attribute("problem, data", "str", "problem name and data spec"),
     Attribute("data_info", "str (JSON)", "the data set as opened: its spec, source, standardization, "
               "intercept, sizes and what its source adds (label map, feature names, …)"),
+    Attribute("setup_time", "float", "seconds from the job's start (after its imports) to the trace's creation: "
+              "the data, the compiling on a cold cache (under MPI the node's first rank compiles every kernel "
+              "then) and the problem's constants; a resumed trace keeps the first job's"),
     Attribute("dropped_examples", "int", "training examples dropped so that every worker holds n (0 if none)"),
     Attribute("run_id", "str", "random id (32 hex digits) of this trace, made when it was created; its "
               "checkpoints carry it, and `--resume` continues only from a checkpoint with the same one"),
@@ -199,7 +202,8 @@ RUN_ATTRIBUTES = (
     Attribute("compile_time", "float", "seconds of the warm-up that compiled this orderer's kernels before "
               "the run's clock started (a throwaway run of one epoch at step size 0 on the first 16, or 2b, "
               "examples of every worker's shard, and one measurement; done for the first run of each "
-              "orderer in a job, 0 for the others)"),
+              "orderer in a job, 0 for the others; under MPI on a cold cache the node's first rank "
+              "compiled the kernels before, in the root's `setup_time`, and this is their loading)"),
     Attribute("f_star, L, L_max, mu, sigma2_star, zeta2_star", "float",
               "the problem's constants (NaN where undefined, e.g. f* of a nonconvex problem)"),
     Attribute("step_size, alpha_L_n, alpha_Lmax_n", "float",

@@ -80,6 +80,19 @@ def test_labels_the_problem_cannot_take_name_the_problem_not_an_api_term(tmp_pat
     assert all(word in line for word in words), line
 
 
+def test_the_last_lines_time_is_the_whole_jobs_and_the_trace_records_its_set_up(tmp_path):
+    """README: the time on the last line includes compiling. Under MPI the node compiles in the
+    set-up, which the clock started after; the trace's setup_time says how long that took."""
+    import h5py
+
+    out = tmp_path / "t.h5"
+    result = ordersim([*SMALL, "--out", str(out)], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    seconds = float(re.search(r"trace: .*\(([0-9.]+) s\)", result.stdout).group(1))
+    with h5py.File(out) as f:
+        assert 0 < f.attrs["setup_time"] <= seconds + 0.05, (f.attrs["setup_time"], seconds)
+
+
 TABLE_FIELDS = [name for name, f in FIELDS.items() if f.type is dict]
 
 

@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import h5py
 import numba
 import pytest
 
@@ -290,6 +291,10 @@ def test_on_a_cold_cache_the_node_compiles_each_kernel_once_and_its_ranks_load_i
                          timeout=600, env={"NUMBA_DEBUG_CACHE": "1", "NUMBA_CACHE_DIR": str(tmp_path / "numba")})
         assert result.returncode == 0, result.stderr
         saved = [path for kind, path in cache_events(result.stdout) if kind == "saved"]
+        # the last line's time is the whole job's: it covers the set-up, where the node compiles
+        seconds = float(re.search(r"trace: .*\(([0-9.]+) s\)", result.stdout).group(1))
+        with h5py.File(out) as f:
+            assert 0 < f.attrs["setup_time"] <= seconds + 0.05, (f.attrs["setup_time"], seconds)
         return out, result.stderr, saved
 
     cold, notices, saved = job("cold")
