@@ -127,8 +127,11 @@ def capped_warning(regimes: dict) -> str | None:
             + ": their runs do not take the step the analyses' rate assumes")
     if not outside:
         return line + " (raise lr above it)"
+    line += f", and a larger lr would not bring {', '.join(outside)} into the analyses' regime"
+    short = [name for name in outside if at_it[name] > 1 or capped[name]["T_over_kappa"] < 1]
+    if not short:  # only their setting (b > 1, momentum) keeps them out
+        return line + f": {capped[outside[0]]['outside_setting']}"
     # alpha L_max n = kappa ln(1/rate) / T at the theory step: <= 1 needs T >= kappa ln(1/rate)
-    horizon = max(at_it[name] * capped[name]["T_over_kappa"] * capped[name]["kappa"] for name in outside)
-    return (line + f", and a larger lr would not bring {', '.join(outside)} into the analyses' regime: "
-            f"at the theory step alpha L_max n = kappa ln(1/rate) / T, which needs T >= ~{horizon:.2g} "
-            f"epochs")
+    horizon = max(at_it[name] * capped[name]["T_over_kappa"] * capped[name]["kappa"] for name in short)
+    return (line + f": at the theory step alpha L_max n = kappa ln(1/rate) / T, which needs "
+            f"T >= ~{horizon:.2g} epochs")

@@ -124,6 +124,10 @@ def test_a_capped_theory_step_outside_the_regime_does_not_advise_raising_lr():
     assert "raise lr" not in line and "a larger lr would not bring rr into the analyses' regime" in line
     # at the theory step alpha L_max n = kappa ln(1/rate) / T: T >= kappa ln(1/rate) brings it to 1
     assert f"T >= ~{alpha * 10.0 * n * T:.2g} epochs" in line
+    # a run kept out by its setting alone (momentum) is told that, not a horizon it already has
+    small = dict(regime.regime(1e-4, constants, m, n, 400, momentum=0.9), step_size=1e-4, theory_step=2e-4)
+    line = regime.capped_warning({"rr": small})
+    assert "T >= " not in line and line.endswith("the analyses take b = 1 without momentum"), line
 
 
 def test_a_constant_step_outside_the_regime_warns_as_the_theory_schedule_does(tmp_path):
