@@ -4,7 +4,8 @@ tests/test_mpi_layer.py launches `mpiexec -n R python -m mpi4py -m pytest tests/
 run of the suite does not collect this folder (tests/conftest.py). Every rank runs every test, in
 the same order, on MPI_COMM_WORLD. A failure on one rank would leave the others waiting in the
 next collective, so a failed test prints its report and aborts the whole job (MPI_Abort); each
-rank writes its counts to ORDERSIM_MPI_REPORTS/rank-R.json for the driver to check. Collective
+rank writes its counts to ORDERSIM_MPI_REPORTS/rank-R.json for the driver to check, and a failed
+test's report to rank-R-failure.txt there too, before the abort. Collective
 clean-up belongs in fixtures (their teardown runs after that abort), never in a `finally` of the
 test, which would wait for ranks that never come.
 """
@@ -60,8 +61,13 @@ def shared_dir():
 def pytest_runtest_logreport(report):
     if report.failed:
         # with the others waiting in a collective, an ordinary failure would hang the job
-        print(f"\nrank {WORLD.rank} of {WORLD.size}: {report.nodeid} failed ({report.when}):\n"
-              f"{report.longreprtext}", file=sys.stderr, flush=True)
+        message = (f"\nrank {WORLD.rank} of {WORLD.size}: {report.nodeid} failed ({report.when}):\n"
+                   f"{report.longreprtext}\n")
+        reports = os.environ.get("ORDERSIM_MPI_REPORTS")
+        if reports:  # the abort may end the job before the launcher forwards this rank's stderr
+            with open(os.path.join(reports, f"rank-{WORLD.rank}-failure.txt"), "w") as f:
+                f.write(message)
+        print(message, file=sys.stderr, flush=True)
         sys.stdout.flush()
         WORLD.Abort(1)
     if report.passed and report.when == "call":
