@@ -50,7 +50,9 @@ def stop_after(command, marker, sig, timeout=300):
 
 @pytest.mark.parametrize("stops", [
     [("[rr seed 0] epoch   1/", signal.SIGUSR1)],
-    [("[d-grab seed 1] epoch   3/", signal.SIGINT)],  # Ctrl-C
+    # Ctrl-C; not in the job's last run: a signal that arrives late, after its last epoch began,
+    # finishes the job (exit 0), as it should; under load it did
+    [("[d-grab seed 0] epoch   3/", signal.SIGINT)],
     [("[rr seed 1] epoch   7/", signal.SIGTERM), ("[cd-grab seed 1] epoch   2/", signal.SIGUSR1),
      ("[d-grab seed 0] epoch   5/", signal.SIGTERM)],
 ])
