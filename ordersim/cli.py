@@ -25,6 +25,11 @@ COMMANDS = {
 # rank would run them and race for the same --out.
 SERIAL_COMMANDS = ("sweep", "merge", "herding-sim")
 
+def counted(count: int, noun: str) -> str:
+    """The count and its noun, singular for 1: "1 epoch", "30 epochs"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def own_warnings_on_one_line() -> None:
     """ordersim's own warnings (the solver's accuracy, a constants cache that cannot be used, a
     code's conditioning) as `ordersim: warning: ...` lines, as the CLI's other warnings are, not

@@ -22,6 +22,12 @@ from numba.core import event
 from ordersim.numba_cache import cached_on_disk
 
 
+# what the summary says of each kind of kernel, after its seconds
+CACHED = "now cached on disk (compiled again only on another machine or after a code change)"
+PER_PROCESS = ("which Numba cannot cache, compiled in every process (the loops of a problem kernel "
+               "its name does not identify)")
+
+
 def _cacheable(compile_event) -> bool:
     return cached_on_disk((compile_event.data or {}).get("dispatcher"))
 
@@ -56,15 +62,15 @@ class CompileTimer(event.Listener):
         self.stack.pop()
 
     def summary(self) -> str:
-        cached, per_process = self.seconds[True], self.seconds[False]
-        parts = []
-        if cached:
-            parts.append(f"{cached:.1f} s for kernels now cached on disk (first run on this machine "
-                         f"or after a code change; cached after)")
-        if per_process:
-            parts.append(f"{per_process:.1f} s for kernels Numba cannot cache, compiled in every "
-                         f"process (the loops of a problem kernel its name does not identify)")
-        return f"ordersim: compiled {self.what} in {cached + per_process:.1f} s: " + "; ".join(parts)
+        """One line: the total time, and how it splits only when both kinds compiled (one kind
+        alone would say its time twice)."""
+        kinds = [(seconds, text) for seconds, text in ((self.seconds[True], CACHED),
+                                                       (self.seconds[False], PER_PROCESS)) if seconds]
+        total = sum(seconds for seconds, _ in kinds)
+        if len(kinds) == 1:
+            return f"ordersim: compiled {self.what} in {total:.1f} s, {kinds[0][1]}"
+        return (f"ordersim: compiled {self.what} in {total:.1f} s: "
+                + "; ".join(f"{seconds:.1f} s {text}" for seconds, text in kinds))
 
 
 @contextmanager

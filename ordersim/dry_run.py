@@ -22,6 +22,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ordersim.cli import counted
 from ordersim.config import FIELDS, ConfigError, build_config, check_fields, read_toml
 from ordersim.data import check_fits_in_memory, physical_memory
 
@@ -153,7 +154,7 @@ def regime_lines(config, setup) -> list[str]:
     return lines
 
 
-def output_refusal(out: str, config) -> str | None:
+def output_refusal(out: str, config, cell) -> str | None:
     """Why a run would refuse `out` (rank 0): the same checks, the writability one by creating the
     file as a run does; the directories that made are removed again (a dry run writes nothing)."""
     from ordersim.runner import existing_output_error
@@ -163,7 +164,7 @@ def output_refusal(out: str, config) -> str | None:
     while not os.path.exists(os.path.dirname(first_missing)):
         first_missing = os.path.dirname(first_missing)
     created = not os.path.exists(first_missing)
-    refused = existing_output_error(out, config, False) or check_output(out)
+    refused = existing_output_error(out, config, False, cell) or check_output(out)
     if created and os.path.isdir(first_missing):
         while True:  # from the deepest up to the first one that was missing
             os.rmdir(directory)
@@ -195,8 +196,12 @@ def dry_run(runs: list, config_path: str | None, flags: dict, comm, size: int, r
         try:
             out = backend.bcast(config.out or default_out_path())
             if position == 0:
-                # a sweep's fields by their axis; out as resolved (a sweep: the cells' directory)
-                axes = dict(cell.sweep, out=os.path.dirname(out)) if cell is not None else {}
+                # a sweep's fields by their axis (but those a flag pins); out as resolved (a
+                # sweep: the cells' directory)
+                axes = {}
+                if cell is not None:
+                    axes = {name: axis for name, axis in cell.sweep.items() if name not in flags}
+                    axes["out"] = os.path.dirname(out)
                 shown = dict(axes, out=axes.get("out", out))
                 say("config (every field: value (where it came from)):",
                     *config_lines(replace(built, **axes), replace(config, **shown),
@@ -206,16 +211,17 @@ def dry_run(runs: list, config_path: str | None, flags: dict, comm, size: int, r
                     cells += f" (of which this runs {len(runs)})"
                 say(f"runs: {len(config.orderers)} orderer(s) ({', '.join(config.orderers)}) x "
                     f"{len(config.seeds)} seed(s) ({', '.join(map(str, config.seeds))}){cells} = "
-                    f"{len(config.orderers) * len(config.seeds) * len(runs)} runs of {config.epochs} "
-                    f"epochs")
+                    f"{counted(len(config.orderers) * len(config.seeds) * len(runs), 'run')} of "
+                    f"{counted(config.epochs, 'epoch')}")
             with compile_notice(f"the kernels of {config.problem} (for its constants)", rank == 0):
                 setup = prepare(config, backend)
             where = f"cell {cell.index} {json.dumps(cell.params)}" if cell is not None else "the run"
-            refused = output_refusal(out, config) if rank == 0 else None
+            refused = output_refusal(out, config, cell) if rank == 0 else None
             say(f"{where}: out {out}" + (f" (a run would refuse it: {refused})" if refused else ""),
-                f"  m = {config.workers} workers x n = {setup.n} examples (dropped {setup.dropped}), "
-                f"d = {setup.problem.dim}, b = {config.batch}, {-(-setup.n // config.batch)} steps per "
-                f"epoch, backend {config.backend} on {backend.size} rank(s)")
+                f"  m = {counted(config.workers, 'worker')} x n = {counted(setup.n, 'example')} "
+                f"(dropped {setup.dropped}), d = {setup.problem.dim}, b = {config.batch}, "
+                f"{counted(-(-setup.n // config.batch), 'step')} per epoch, backend {config.backend} on "
+                f"{backend.size} rank(s)")
             memory, per_node = memory_report(config, setup)
             say(*memory, *regime_lines(config, setup))
             try:

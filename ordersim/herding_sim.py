@@ -19,10 +19,12 @@ import numpy as np
 from numba import njit
 
 from ordersim import numba_cache  # noqa: F401  (before the cached kernels: stamps them)
+from ordersim.cli import counted
 from ordersim.config import OneLineParser
 from ordersim.data import check_fits_in_memory
 from ordersim.metrics import parallel_herding
 from ordersim.orderers import available_orderers, make_orderer, orderer_class
+from ordersim.output import unwritable
 from ordersim.provenance import code_state
 from ordersim.streams import stream
 from ordersim.trace import NotATrace, check_hdf5_file
@@ -229,7 +231,7 @@ def _validate(args) -> str | None:
     except ValueError as error:
         return str(error)
     if args.batch > min(examples):
-        return f"--batch {args.batch} is more than n = {min(examples)} examples per worker"
+        return f"--batch {args.batch} is more than n = {counted(min(examples), 'example')} per worker"
     try:
         check_orderers(args.orderers, args.workers, examples)
     except ValueError as error:
@@ -266,7 +268,7 @@ def _table(args, results, initial) -> str:
     width = max(11, *(len(name) + 2 for name in args.orderers))
     head = f"{'m':>6} {'n':>9} {'start':>{width}}" + "".join(
         f"{name + ('*' if name in OURS else ''):>{width}}" for name in args.orderers)
-    lines = [f"parallel herding (inf-norm, batch {args.batch}) after {args.rounds} rounds; "
+    lines = [f"parallel herding (inf-norm, batch {args.batch}) after {counted(args.rounds, 'round')}; "
              f"start = the shared random order; - = not run (centralized, m > 1)", head]
     for m in args.workers:
         n = args.total // m
@@ -300,10 +302,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {problem}", file=sys.stderr)
         return 2
     try:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)  # as `run --out` does
         handle = h5py.File(args.out, "w")
     except OSError as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        print(f"{PROG}: error: --out {args.out!r} cannot be written: {reason}", file=sys.stderr)
+        print(f"{PROG}: error: {unwritable('--out', args.out, error)}", file=sys.stderr)
         return 2
 
     results, initial = {}, {}

@@ -101,13 +101,25 @@ def input_files(config) -> list[tuple[str, str]]:
 
 def unwritable(what: str, path: str, err: OSError) -> str:
     """The one line for an output `path` that cannot be written; `what` names the field or option."""
-    if isinstance(err, FileExistsError):  # makedirs met a file where a directory of the path goes
-        why = f"{err.filename!r} is a file, not a directory"
+    # the system's reason: HDF5 wraps it in a paragraph of its own (h5py keeps the errno)
+    reason = os.strerror(err.errno) if err.errno else str(err)
+    blocker = file_in_a_directorys_place(path)
+    if blocker:  # the system says "File exists", "Not a directory" or "Is a directory": name the file
+        why = f"{blocker!r} is a file, not a directory"
     elif err.filename in (None, path):
-        why = err.strerror
+        why = reason
     else:  # a directory on the way: name it
-        why = f"{err.filename!r}: {err.strerror}"
+        why = f"{err.filename!r}: {reason}"
     return f"{what}: {path!r} is not writable ({why})"
+
+
+def file_in_a_directorys_place(path: str) -> str | None:
+    """The existing file (not a directory) that `path` takes for a directory, or None: `my.h5` of
+    `my.h5/`, `my.h5/x.h5` or `my.h5/sub/x.h5`."""
+    directory = (path if path.endswith(os.sep) else os.path.dirname(path)).rstrip(os.sep)
+    while directory and not os.path.lexists(directory):
+        directory = os.path.dirname(directory)
+    return directory if directory and not os.path.isdir(directory) else None
 
 
 def missing_file(path) -> str:

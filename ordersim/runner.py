@@ -12,7 +12,7 @@ from ordersim.backend import (INSTALL_MPI, MPIBackend, MPIUnavailable, SerialBac
                               abort_on_exception, world)
 from ordersim.checkpoint import CheckpointError, checkpoint_path
 from ordersim.checkpoint import load as load_checkpoint
-from ordersim.cli import commands_help
+from ordersim.cli import commands_help, counted
 from ordersim.config import (SIGNAL_GRACE_SECONDS, ConfigError, OneLineParser, add_arguments,
                              build_config, check_fields, overrides_from_args)
 from ordersim.output import OutputLock, input_files, same_file
@@ -30,11 +30,11 @@ config file, the built-in default experiment runs: logistic regression on scikit
 breast_cancer data, rr, d-grab and cd-grab, 3 seeds. Every config field can be set in the TOML
 file or by its flag (flags win). A config with a [sweep] table runs every cell into its own file
 under --out or its `out`, or only cell I with --cell I (or SLURM_ARRAY_TASK_ID); a swept field
-given as a flag is not swept (fewer cells, indices of the smaller sweep; none left: a plain run):
-see `python -m ordersim sweep --help`. An existing trace at --out is replaced only with --overwrite
-or continued with --resume; any other existing file is never written over, nor the run's input
-data. A second run writing the same --out while the first is running is refused (exit 2): rank 0
-holds a lock on <out>.lock for the whole run.
+given as a flag selects the cells with its value, which keep their indices and files (a value the
+sweep does not list is refused): see `python -m ordersim sweep --help`. An existing trace at --out
+is replaced only with --overwrite or continued with --resume; any other existing file is never
+written over, nor the run's input data. A second run writing the same --out while the first is
+running is refused (exit 2): rank 0 holds a lock on <out>.lock for the whole run.
 SIGTERM or SIGUSR1 (Slurm's warning) makes every rank stop at the next epoch boundary, write a
 checkpoint next to the trace (<out>.ckpt: HDF5 with arrays, numbers and strings only, and a
 sha256 checksum; loading it runs no code) and exit with code {EXIT_CHECKPOINTED}; run again with
@@ -180,7 +180,8 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
         out = backend.bcast(config.out or default_out_path())
         error = None
         if rank == 0:  # the lock first: nothing may touch a file another run is writing
-            error = lock.acquire(out) or check_output(out) or existing_output_error(out, config, resume)
+            error = (lock.acquire(out) or check_output(out)
+                     or existing_output_error(out, config, resume, cell))
         state, complete = None, False
         if resume and rank == 0 and error is None:
             complete = trace_is_complete(out, config)
@@ -212,14 +213,15 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
                   f"checkpoint a previous attempt left (exit {EXIT_CHECKPOINTED})", file=sys.stderr, flush=True)
         return EXIT_CHECKPOINTED
     if rank == 0 and setup.dropped:
-        print(f"ordersim: warning: dropped {setup.dropped} training examples so that each of the "
-              f"{config.workers} workers holds {setup.n} (recorded as 'dropped_examples' in the trace)",
-              file=sys.stderr, flush=True)
+        print(f"ordersim: warning: dropped {counted(setup.dropped, 'training example')} so that each "
+              f"of the {config.workers} workers holds {setup.n} (recorded as 'dropped_examples' in the "
+              f"trace)", file=sys.stderr, flush=True)
     if rank == 0 and not config.quiet:
         where = f" (sweep cell {cell.index}: {json.dumps(cell.params)})" if cell else ""
-        print(f"ordersim: {config.problem} on {config.data}{where}: m = {config.workers} workers x "
-              f"n = {setup.n} examples, d = {setup.problem.dim}, b = {config.batch}, {config.epochs} "
-              f"epochs, backend {config.backend} on {backend.size} rank(s)", flush=True)
+        print(f"ordersim: {config.problem} on {config.data}{where}: m = {counted(config.workers, 'worker')} "
+              f"x n = {counted(setup.n, 'example')}, d = {setup.problem.dim}, b = {config.batch}, "
+              f"{counted(config.epochs, 'epoch')}, backend {config.backend} on {backend.size} rank(s)",
+              flush=True)
         if state is not None:
             print(f"ordersim: resuming from {checkpoint_path(out)}", flush=True)
     # backend.close() is collective: only on the paths every rank takes (an exception aborts)
@@ -266,11 +268,11 @@ def config_differences(saved_json: str, config) -> list[str]:
     return sorted(k for k in current if k not in RESULT_NEUTRAL and saved.get(k) != current[k])
 
 
-def existing_output_error(out: str, config, resume: bool) -> str | None:
-    """Why the run must not write `out`, or None: it is one of the run's input files, an existing
-    file other than an ordersim run trace (an empty file holds nothing to lose), a trace without
-    --overwrite or --resume, or, under --resume without --overwrite, a trace of another config
-    that no checkpoint continues."""
+def existing_output_error(out: str, config, resume: bool, cell: Cell | None = None) -> str | None:
+    """Why the run (sweep cell `cell`) must not write `out`, or None: it is one of the run's input
+    files, an existing file other than an ordersim run trace (an empty file holds nothing to lose),
+    a trace without --overwrite or --resume (another sweep cell's: both named), or, under --resume
+    without --overwrite, a trace of another config that no checkpoint continues."""
     from ordersim.trace import NotATrace, trace_root
 
     for what, path in input_files(config):
@@ -289,6 +291,13 @@ def existing_output_error(out: str, config, resume: bool) -> str | None:
                 f"traces: choose another --out or remove the file")
     if config.overwrite:
         return None
+    held = json.loads(root["sweep_cell"]) if "sweep_cell" in root else None
+    if not resume and cell is not None and held is not None and held != cell.params:
+        # written by another version of the sweep: --overwrite would lose that cell
+        return (f"config field 'out': {out!r} holds sweep cell {root.get('sweep_cell_index')} "
+                f"{json.dumps(held)}, and this run is cell {cell.index} {json.dumps(cell.params)} "
+                f"(the config's [sweep] differs from the one that wrote it); choose another --out, "
+                f"or pass --overwrite to replace that cell's trace")
     if not resume:
         return (f"config field 'out': {out!r} already holds an ordersim trace; pass --overwrite to "
                 f"replace it or --resume to continue it")
@@ -351,8 +360,9 @@ def read_checkpoint(out: str, config, size: int) -> tuple[dict | None, str | Non
         return None, (f"--resume: the config differs from the checkpoint's in {', '.join(differ)} "
                       f"(e.g. {differ[0]} = {current[differ[0]]!r}, checkpoint {saved.get(differ[0])!r})")
     if state["in_run"] and len(state["run_states"]) != size:
-        return None, (f"--resume: checkpoint {path!r} holds {len(state['run_states'])} run states for "
-                      f"{size} ranks; {start_over}")
+        return None, (f"--resume: checkpoint {path!r} holds "
+                      f"{counted(len(state['run_states']), 'run state')} for {counted(size, 'rank')}; "
+                      f"{start_over}")
     mismatch = trace_mismatch(out, state, config)
     if mismatch:
         return None, f"--resume: checkpoint {path!r} does not fit the trace {out!r}: {mismatch}; {start_over}"
@@ -369,7 +379,7 @@ def trace_mismatch(out: str, state: dict, config) -> str | None:
 
     plan, position = run_plan(config), state["position"]
     if not 0 <= position <= len(plan) or (state["in_run"] and position == len(plan)):
-        return f"its plan position {position} is outside the {len(plan)} runs of the config"
+        return f"its plan position {position} is outside the {counted(len(plan), 'run')} of the config"
     try:
         with h5py.File(out, "r", locking=config.hdf5_locking) as f:
             run_id = f.attrs.get("run_id")
@@ -389,8 +399,8 @@ def trace_mismatch(out: str, state: dict, config) -> str | None:
                 for dataset, length in sorted(state["lengths"].items()):
                     have = group[dataset].shape[0] if isinstance(group.get(dataset), h5py.Dataset) else 0
                     if not isinstance(length, int) or have < length:
-                        return (f"run {orderer}/seed_{seed}'s {dataset} has {have} rows in the trace, the "
-                                f"checkpoint counted {length!r}")
+                        return (f"run {orderer}/seed_{seed}'s {dataset} has {counted(have, 'row')} in the "
+                                f"trace, the checkpoint counted {length!r}")
     except OSError as err:
         return f"the trace cannot be read ({' '.join(str(err).split())})"
     return None

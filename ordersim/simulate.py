@@ -27,6 +27,7 @@ from ordersim.backend import SerialBackend
 from ordersim.checkpoint import (CheckpointError, checkpoint_path, discard, layout_mismatch, new_run_id,
                                  normalized, remove_temporaries)
 from ordersim.checkpoint import save as save_checkpoint
+from ordersim.cli import counted
 from ordersim.compile_notice import compile_notice
 from ordersim.config import Config, ConfigError, check_fields  # noqa: F401  (check_fields: the set-up's first step)
 from ordersim.orderers import build_orderer
@@ -117,7 +118,8 @@ def _fit_to_data(config: Config, plan) -> tuple:
         raise ConfigError(f"config field 'workers': {config.workers} workers leave no example per "
                           f"worker ({plan.n_train} training examples)")
     if config.batch > n:
-        raise ConfigError(f"config field 'batch': {config.batch} is more than the {n} examples per worker")
+        raise ConfigError(f"config field 'batch': {config.batch} is more than the {counted(n, 'example')} per "
+                          f"worker; allowed: 1 to {n}")
     return problem, shards, dropped
 
 

@@ -10,9 +10,10 @@ fastest (cell 0: workers 2, lr 0.1; cell 1: workers 2, lr 0.3; ...). Cell i writ
 `sweep-<config name>`). A cell depends only on its own parameters (its seeds are the config's
 `seeds`, its data split the config's `data_seed`), so re-running one cell reproduces it exactly.
 
-A field given on the command line (`--coding pgc-cr`) is no longer swept: its axis goes, and the
-cells, their indices (--cell, SLURM_ARRAY_TASK_ID) and their files are those of the sweep over the
-remaining axes; with no axis left the config is one plain run into --out or its `out`.
+A swept field given on the command line (`--coding pgc-cr`) selects the cells with that value: they
+keep their indices (--cell, SLURM_ARRAY_TASK_ID), files and trace attributes, so a cell is the same
+file however it is chosen. A value the sweep does not list is refused: its cells would have no
+number of their own in the sweep.
 
 A `[quick]` table sets fields (and `sweep = {...}` axes) for `run --quick`, the size for CI
 (`quick_values`).
@@ -35,6 +36,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from ordersim.cli import counted
 from ordersim.config import (FIELDS, ConfigError, OneLineParser, add_arguments, build_config, check_fields,
                              flags_for, overrides_from_args, read_toml)
 
@@ -113,50 +115,79 @@ def cell_out(base_out: str, config_path: str, index: int) -> str:
     return os.path.join(directory, f"cell_{index:04d}.h5")
 
 
+def field_value(name: str, raw):
+    """A field's value from TOML or flag text, to compare: `--lr 0.30` is the sweep's 0.3."""
+    return getattr(build_config({name: raw}), name)
+
+
 def config_cells(config_path: str, flags: dict | None = None, quick: bool = False) -> list[tuple[dict, Cell | None]]:
     """The runs a config file stands for with the command line's field values `flags` on top:
     [(values, cell)], one per sweep cell (each with its own `out` under the flags' or the config's
-    `out`), or [(values, None)] when there is no sweep. A field set by a flag is no longer swept:
-    the sweep keeps the other axes, and with none left the config is one plain run. `quick`: the
-    config's [quick] table applies (`quick_values`)."""
+    `out`), or [(values, None)] when there is no sweep. A flag that sets a swept field selects the
+    cells with its value, which keep their indices and files (the config's other cells are not
+    run); a value the sweep does not list is a ConfigError. `quick`: the config's [quick] table
+    applies (`quick_values`)."""
     raw, sweep = split_sweep(quick_values(read_toml(config_path), config_path, quick), config_path)
-    values = {**raw, **(flags or {})}
-    sweep = {name: axis for name, axis in sweep.items() if name not in (flags or {})}
+    flags = flags or {}
+    values = {**raw, **flags}
     if not sweep:
         return [(values, None)]
+    pinned = {name: field_value(name, flags[name]) for name in sweep if name in flags}
+    for name, value in pinned.items():
+        if value not in [field_value(name, v) for v in sweep[name]]:
+            raise ConfigError(f"{' '.join(flags_for({name: flags[name]}))}: config file {config_path!r} "
+                              f"sweeps {name!r} over {json.dumps(sweep[name])} only; allowed: one of "
+                              f"those values (it runs their cells, into their own files), or a config "
+                              f"whose [sweep] lists it")
     table = cells(sweep)
+    # a cell's values are the sweep's (not the flag's text): its trace is the full sweep's cell
     return [(dict(values, **params, out=cell_out(values.get("out", ""), config_path, i)),
-             Cell(i, len(table), params, sweep)) for i, params in enumerate(table)]
+             Cell(i, len(table), params, sweep)) for i, params in enumerate(table)
+            if all(field_value(name, params[name]) == value for name, value in pinned.items())]
 
 
 def select_cell(runs: list, config_path: str, cell: int | None) -> list:
-    """The one cell asked for by --cell or, in a job-array task, SLURM_ARRAY_TASK_ID; else all."""
-    sweep = runs[0][1] is not None
+    """The one cell asked for by --cell or, in a job-array task, SLURM_ARRAY_TASK_ID; else all the
+    cells (of `config_cells`: those the field flags select)."""
+    sweep = runs[0][1]
     source = "--cell"  # the error names what the user set
     if cell is None and sweep and "SLURM_ARRAY_TASK_ID" in os.environ:
         task = os.environ["SLURM_ARRAY_TASK_ID"]
         if not task.isdigit():
-            raise ConfigError(f"SLURM_ARRAY_TASK_ID {task!r} is not a cell index; allowed: 0.."
-                              f"{len(runs) - 1} (the array task of `sweep --write-array`'s script)")
+            raise ConfigError(f"SLURM_ARRAY_TASK_ID {task!r} is not a cell index; allowed: "
+                              f"{index_ranges([c.index for _, c in runs])} (the array task of "
+                              f"`sweep --write-array`'s script)")
         cell, source = int(task), "SLURM_ARRAY_TASK_ID"
     if cell is None:
         return runs
     if not sweep:
-        raise ConfigError(f"--cell {cell}: config file {config_path!r} has no [sweep] table (or the "
-                          f"command line sets every field it sweeps)")
-    if not 0 <= cell < len(runs):
+        raise ConfigError(f"--cell {cell}: config file {config_path!r} has no [sweep] table")
+    if not 0 <= cell < sweep.count:
         raise ConfigError(f"{source} {cell} is out of range: config file {config_path!r} has "
-                          f"{len(runs)} cells (0..{len(runs) - 1})")
-    return [runs[cell]]
+                          f"{counted(sweep.count, 'cell')} (0..{sweep.count - 1})")
+    chosen = [run for run in runs if run[1].index == cell]
+    if not chosen:
+        raise ConfigError(f"{source} {cell} is the cell {json.dumps(cells(sweep.sweep)[cell])} of config "
+                          f"file {config_path!r}, which the command line's field flags leave out; they "
+                          f"select the cells {index_ranges([c.index for _, c in runs])}")
+    return chosen
+
+
+def index_ranges(indices: list[int]) -> str:
+    """Increasing indices in Slurm's --array form: [0, 1, 2, 3] is "0-3", [0, 2, 3] is "0,2-3"."""
+    runs = [[index for _, index in run]
+            for _, run in itertools.groupby(enumerate(indices), lambda pair: pair[1] - pair[0])]
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
 
 
 ARRAY_TEMPLATE = """\
 #!/bin/bash
-# Job array for the sweep in {config} ({count} cells), written by `python -m ordersim sweep`.
+# Job array for the sweep in {config}: cells {array} of its {count}.
+# Written by `python -m ordersim sweep`.
 # Task i runs cell i into {outdir}/cell_<i>.h5; merge with
 #   python -m ordersim merge {outdir}/cell_*.h5 --out {outdir}/merged.csv
 #SBATCH --job-name=ordersim-sweep
-#SBATCH --array=0-{last}
+#SBATCH --array={array}
 #SBATCH --ntasks={ntasks}
 #SBATCH --cpus-per-task=1
 #SBATCH --time={time}
@@ -187,10 +218,11 @@ exit "$status"
 """
 
 
-def write_array_script(path: str, config_path: str, flags: list[str], count: int, out_dir: str,
-                       ntasks: int, time_limit: str, partition: str | None) -> None:
+def write_array_script(path: str, config_path: str, flags: list[str], indices: list[int], count: int,
+                       out_dir: str, ntasks: int, time_limit: str, partition: str | None) -> None:
+    """A job array of one task per cell index in `indices`, of a sweep of `count` cells."""
     extra = f"#SBATCH --partition={partition}" if partition else ""
-    text = ARRAY_TEMPLATE.format(config=shlex.quote(config_path), count=count, last=count - 1,
+    text = ARRAY_TEMPLATE.format(config=shlex.quote(config_path), count=count, array=index_ranges(indices),
                                  flags="".join(" " + shlex.quote(flag) for flag in flags),
                                  ntasks=ntasks, time=time_limit, outdir=out_dir, extra=extra,
                                  log=shlex.quote(os.path.join(out_dir, "slurm-%A_%a.out")),
@@ -217,8 +249,7 @@ def main(argv: list[str]) -> int:
     try:
         runs = config_cells(args.config, flags)
         if runs[0][1] is None:
-            raise ConfigError(f"config file {args.config!r} has no [sweep] table (or the command line "
-                              f"sets every field it sweeps)")
+            raise ConfigError(f"config file {args.config!r} has no [sweep] table")
         if args.ntasks < 1:
             raise ConfigError(f"--ntasks must be >= 1, got {args.ntasks}")
         for values, _ in runs:  # here, not in every array task of the job
@@ -243,7 +274,8 @@ def main(argv: list[str]) -> int:
             from ordersim.output import unwritable
 
             try:
-                write_array_script(args.write_array, args.config, flags_for(flags), len(runs),
+                write_array_script(args.write_array, args.config, flags_for(flags),
+                                   [cell.index for _, cell in runs], runs[0][1].count,
                                    os.path.dirname(runs[0][0]["out"]), args.ntasks, args.time,
                                    args.slurm_partition)
             except OSError as err:  # a directory on the way is a file, or not writable
@@ -257,7 +289,9 @@ def main(argv: list[str]) -> int:
     for values, cell in runs:
         print(f"{cell.index:>5}  " + "  ".join(f"{json.dumps(cell.params[n]):>{w}}"
                                               for n, w in zip(names, widths)) + f"  {values['out']}")
-    print(f"{len(runs)} cells -> {len(runs)} array tasks")
+    count = runs[0][1].count
+    listed = counted(count, "cell") if len(runs) == count else f"{len(runs)} of the {counted(count, 'cell')}"
+    print(f"{listed} -> {counted(len(runs), 'array task')}")
     if args.write_array:
         print(f"wrote {args.write_array}: submit with `sbatch {args.write_array}`")
     return 0
@@ -298,12 +332,13 @@ def merge_main(argv: list[str]) -> int:
                         "never one of the input files")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     args = p.parse_args(argv)
+    from ordersim.analysis import extras
+
     try:
-        import pandas as pd
-    except ImportError:
-        print("ordersim: error: merge needs pandas, from the analysis extra: "
-              "pip install 'ordersim[analysis]'", file=sys.stderr)
-        return 2
+        extras.require_or_exit("ordersim", "merge", "analysis", ["pandas"])
+    except SystemExit as missing:
+        return missing.code
+    import pandas as pd
     problem = merge_input_error(args.files) or merge_output_error(args.out, args.files, args.overwrite)
     if problem:
         print(f"ordersim: error: merge: {problem}", file=sys.stderr)
@@ -335,7 +370,8 @@ def merge_main(argv: list[str]) -> int:
     else:
         table.to_csv(args.out, index=False)
     runs = table.groupby(["file", "orderer", "seed"]).ngroups if len(table) else 0
-    print(f"merged {len(args.files)} files, {runs} runs, {len(table)} rows -> {args.out}")
+    print(f"merged {counted(len(args.files), 'file')}, {counted(runs, 'run')}, "
+          f"{counted(len(table), 'row')} -> {args.out}")
     return 0
 
 
@@ -405,6 +441,7 @@ def missing_cells(roots: list[dict]) -> list[str]:
     for (axes, count), present in found.items():
         absent = sorted(set(range(count)) - present)
         if absent:
-            lines.append(f"{len(absent)} of the {count} cells of the sweep over {axes} are missing: "
+            lines.append(f"{len(absent)} of the {counted(count, 'cell')} of the sweep over {axes} "
+                         f"{'is' if len(absent) == 1 else 'are'} missing: "
                          f"{', '.join(map(str, absent))}")
     return lines

@@ -186,8 +186,8 @@ ROOT_ATTRIBUTES = (
     Attribute("sweep_cell", "str (JSON)", "the sweep cell's parameters (only in a sweep cell's file)"),
     Attribute("sweep_cell_index, sweep_cells", "int", "the cell's index and the number of cells of its sweep "
               "(only in a sweep cell's file; `merge` names the missing cells from them)"),
-    Attribute("sweep", "str (JSON)", "the sweep's axes, field: [values] (only in a sweep cell's file; the "
-              "axes of fields set on the command line are not there)"),
+    Attribute("sweep", "str (JSON)", "the sweep's axes, field: [values] (only in a sweep cell's file; all of "
+              "them, also those a flag pinned to select the cell)"),
 )
 
 # The attributes of a run's group /runs/<orderer>/seed_<k> (ordersim.simulate.run_experiment,

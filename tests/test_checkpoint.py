@@ -318,7 +318,7 @@ def unfinish_a_run(out):
 
 @pytest.mark.parametrize("change, words", [
     (shorten_train_loss, "rr/seed_1's train_loss has 2 rows in the trace, the checkpoint counted {train_loss}"),
-    (shorten_steps, "steps/loss has 1 rows"),
+    (shorten_steps, "steps/loss has 1 row in"),
     (unfinish_a_run, "run rr/seed_0 did not finish"),
     (os.remove, "the trace cannot be read"),
 ])

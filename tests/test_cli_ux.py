@@ -176,6 +176,43 @@ def test_compile_notice_says_when_numba_compiles_and_how_long(capsys):
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("cached, per_process, times", [(8.8, 0.0, ["8.8 s"]), (0.0, 1.2, ["1.2 s"]),
+                                                          (8.8, 1.2, ["10.0 s", "8.8 s", "1.2 s"])])
+def test_the_compile_summary_says_each_time_and_each_part_once(cached, per_process, times):
+    """A cold run printed `compiled ... in 8.8 s: 8.8 s for kernels now cached on disk (first run
+    ...; cached after)`: one kind of kernel's time twice, and "cached" twice."""
+    pytest.importorskip("numba")
+    from ordersim.compile_notice import CompileTimer
+
+    timer = CompileTimer("the kernels of logistic (for its constants)", enabled=False)
+    timer.seconds = {True: cached, False: per_process}
+    line = timer.summary()
+    assert line.startswith("ordersim: compiled the kernels of logistic (for its constants) in "), line
+    assert re.findall(r"\d+\.\d s\b", line) == times, line
+    assert line.count("(for its constants)") == 1, line
+    assert line.count("cached on disk") == (1 if cached else 0), line
+    assert line.count("Numba cannot cache") == (1 if per_process else 0), line
+    assert len(re.findall(r"\bcached\b", line)) == (1 if cached else 0), line
+
+
+def test_counts_of_one_take_the_singular(tmp_path):
+    """The run's header said "1 epochs", its warning "dropped 1 training examples" (455 training
+    rows over 2 workers), the dry run "1 runs of 1 epochs" and "m = 1 workers"."""
+    result = ordersim(["--epochs", "1", "--seeds", "0", "--orderers", "rr", "--workers", "2", "--no-herding",
+                       "--out", str(tmp_path / "t.h5")], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    header = result.stdout.splitlines()[0]
+    assert "m = 2 workers x n = 227 examples" in header and ", 1 epoch," in header, header
+    assert "dropped 1 training example so that" in result.stderr, result.stderr
+    dry = ordersim(["--dry-run", "--epochs", "1", "--seeds", "0", "--orderers", "rr", "--workers", "1",
+                    "--batch", "455"], cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "= 1 run of 1 epoch" in dry.stdout and "m = 1 worker x n = 455 examples" in dry.stdout, dry.stdout
+    assert "1 step per epoch" in dry.stdout, dry.stdout
+    plural_after_one = re.compile(r"(?<![\d.])1 (epochs|runs|workers|examples|steps|training examples)\b")
+    assert not plural_after_one.search(result.stdout + result.stderr + dry.stdout)
+
+
 def test_warm_compiles_on_a_stand_in_and_never_reads_the_data(tmp_path):
     result = ordersim(["warm", "--data", "libsvm:/nonexistent/data.svm", "--orderers", "rr",
                        "--workers", "2", "--test-fraction", "0"], cwd=tmp_path,

@@ -230,9 +230,12 @@ def _exit_code(args):
         return stop.code
 
 
-@pytest.mark.parametrize("where", ["missing_dir", "directory"])
+@pytest.mark.parametrize("where", ["under_a_file", "directory"])
 def test_cli_checks_the_output_path_before_computing(tmp_path, capsys, monkeypatch, where):
-    out = tmp_path / "no" / "such" / "dir" / "x.h5" if where == "missing_dir" else tmp_path
+    """A missing directory is made (as `run --out` makes it); a file on the way is not."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out = blocker / "x.h5" if where == "under_a_file" else tmp_path
     monkeypatch.setattr(herding_sim, "run", lambda *a, **k: pytest.fail("computed before checking --out"))
     assert main(["--workers", "2", "--total", "20", "--out", str(out)]) == 2
     message = capsys.readouterr().err.strip()

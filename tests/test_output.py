@@ -92,6 +92,34 @@ def test_out_refuses_files_that_are_not_ordersim_traces(tmp_path):
             assert path.read_bytes() == before
 
 
+HERDING_SIM = ["herding-sim", "--total", "64", "--workers", "1", "2", "--rounds", "2", "--orderers", "rr",
+               "--quiet"]
+
+
+@pytest.mark.parametrize("command", ["run", "herding-sim"])
+@pytest.mark.parametrize("under", ["my.h5/", "my.h5/sub/x.h5"])
+def test_an_out_that_takes_a_file_for_a_directory_names_that_file(tmp_path, command, under):
+    """`--out results/my.h5/` with results/my.h5 a file: the system's "Is a directory" (or "Not a
+    directory" for the path further down) named the wrong thing; the line names the file."""
+    taken = tmp_path / "my.h5"
+    taken.write_text("kept\n")
+    out = f"{tmp_path}/{under}"
+    argv, option = (TINY, "'out'") if command == "run" else (HERDING_SIM, "--out")
+    line = one_line_error(run_serial([*argv, "--out", out], timeout=120), option,
+                          f"{out!r} is not writable", f"({str(taken)!r} is a file, not a directory)")
+    assert "errno" not in line and "Unable to" not in line, line
+    assert taken.read_text() == "kept\n"
+
+
+def test_herding_sim_creates_the_directories_of_out_as_run_does(tmp_path):
+    """It exited 2 with HDF5's "Unable to synchronously create file ... errno = 2" instead."""
+    out = tmp_path / "results" / "nodir" / "hs.h5"
+    result = run_serial([*HERDING_SIM, "--out", str(out)], timeout=120)
+    assert result.returncode == 0, result.stderr
+    with h5py.File(out, "r") as f:
+        assert f.attrs["experiment"] == "herding-sim"
+
+
 @pytest.mark.parametrize("source", ["hdf5", "csv", "npz"])
 def test_out_refuses_the_runs_own_input_file(tmp_path, source):
     X = np.random.default_rng(0).normal(size=(40, 3))
@@ -192,43 +220,104 @@ def test_out_on_a_sweep_gives_every_cell_its_own_file_under_it(tmp_path):
     assert '"lr": 0.2' in labels[3] and '"batch": 2' in labels[3], labels
 
 
-def test_a_swept_field_given_as_a_flag_removes_its_axis(tmp_path):
+def test_a_swept_field_given_as_a_flag_selects_its_cells_under_their_numbers(tmp_path):
+    """--lr 0.2 runs cells 2 and 3 of the full sweep into cell_0002.h5 and cell_0003.h5 (not
+    renumbered from 0, where cell_0000.h5 is the lr = 0.1 cell), by --cell and
+    SLURM_ARRAY_TASK_ID too; every axis given is the one cell of those values, in its own file."""
     config = tmp_path / "sweep.toml"
     config.write_text(SWEEP.format(out=tmp_path / "cells.h5"))
-    listing = run_serial(["sweep", str(config), "--lr", "0.5"], timeout=60)
+    listing = run_serial(["sweep", str(config), "--lr", "0.2"], timeout=60)
     assert listing.returncode == 0, listing.stderr
-    assert "2 cells" in listing.stdout and "0.1" not in listing.stdout, listing.stdout
-    # cell 1 of the reduced sweep (batch 2), by --cell and by SLURM_ARRAY_TASK_ID
-    result = run_serial(["run", str(config), "--lr", "0.5", "--cell", "1"])
+    assert "2 of the 4 cells -> 2 array tasks" in listing.stdout, listing.stdout
+    assert "cell_0002.h5" in listing.stdout and "cell_0000.h5" not in listing.stdout, listing.stdout
+    result = run_serial(["run", str(config), "--lr", "0.2", "--cell", "3"])
     assert result.returncode == 0, result.stderr
-    assert [p.name for p in (tmp_path / "cells").iterdir()] == ["cell_0001.h5"]
-    assert cell_values(tmp_path / "cells" / "cell_0001.h5") == (0.5, 2, 1, 2)
-    result = run_serial(["run", str(config), "--lr", "0.5", "--out", str(tmp_path / "arr")],
-                        env={"SLURM_ARRAY_TASK_ID": "0"})
+    assert [p.name for p in (tmp_path / "cells").iterdir()] == ["cell_0003.h5"]
+    assert cell_values(tmp_path / "cells" / "cell_0003.h5") == (0.2, 2, 3, 4)
+    result = run_serial(["run", str(config), "--lr", "0.2", "--out", str(tmp_path / "arr")],
+                        env={"SLURM_ARRAY_TASK_ID": "2"})
     assert result.returncode == 0, result.stderr
-    assert cell_values(tmp_path / "arr" / "cell_0000.h5") == (0.5, 1, 0, 2)
-    assert not (tmp_path / "arr" / "cell_0001.h5").exists()
-    one_line_error(run_serial(["run", str(config), "--lr", "0.5", "--cell", "2"], timeout=60),
-                   "--cell 2", "2 cells")
-    # every axis set: one plain run into the config's out
-    result = run_serial(["run", str(config), "--lr", "0.5", "--batch", "1"])
+    assert [p.name for p in (tmp_path / "arr").iterdir()] == ["cell_0002.h5"]
+    assert cell_values(tmp_path / "arr" / "cell_0002.h5") == (0.2, 1, 2, 4)
+    one_line_error(run_serial(["run", str(config), "--lr", "0.2", "--cell", "0"], timeout=60),
+                   "--cell 0", '"lr": 0.1', "leave out", "2-3")
+    # every axis given: the one cell of those values (a value written otherwise is the same value)
+    listing = run_serial(["sweep", str(config), "--lr", "0.20", "--batch", "1"], timeout=60)
+    assert "1 of the 4 cells -> 1 array task\n" in listing.stdout, listing.stdout
+    result = run_serial(["run", str(config), "--lr", "0.20", "--batch", "1"])
     assert result.returncode == 0, result.stderr
-    with h5py.File(tmp_path / "cells.h5", "r") as f:
-        assert '"lr": 0.5' in f.attrs["config"] and "sweep_cell" not in f.attrs
+    assert sorted(p.name for p in (tmp_path / "cells").iterdir()) == ["cell_0002.h5", "cell_0003.h5"]
+    assert cell_values(tmp_path / "cells" / "cell_0002.h5") == (0.2, 1, 2, 4)
+    assert not (tmp_path / "cells.h5").exists()
+
+
+def test_a_flag_value_the_sweep_does_not_list_is_refused_in_one_line(tmp_path):
+    """Its cells would have no number of their own: renumbered from 0, they took the full sweep's
+    file names (and with --overwrite replaced other cells' traces)."""
+    config = tmp_path / "sweep.toml"
+    config.write_text(SWEEP.format(out=tmp_path / "cells.h5"))
+    for command in (["run", str(config), "--lr", "0.5"], ["sweep", str(config), "--lr", "0.5"],
+                    ["run", str(config), "--lr", "0.5", "--cell", "0"]):
+        one_line_error(run_serial(command, timeout=60), "--lr 0.5", "'lr'", "[0.1, 0.2]")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.toml"]
+
+
+def test_a_reduced_sweep_rewrites_only_its_own_cells(tmp_path):
+    """The audit's case: the full sweep, then the same config with --lr 0.2. Its cells' files exist
+    (refused without --overwrite); with --overwrite the lr = 0.2 cells are rewritten and the
+    lr = 0.1 cells keep their traces."""
+    config = tmp_path / "sweep.toml"
+    config.write_text(SWEEP.format(out=tmp_path / "cells.h5"))
+    assert run_serial(["run", str(config)]).returncode == 0
+    files = sorted((tmp_path / "cells").glob("cell_*.h5"))
+
+    def run_ids():
+        ids = []
+        for path in files:
+            with h5py.File(path, "r") as f:
+                ids.append(f.attrs["run_id"])
+        return ids
+
+    before = run_ids()
+    one_line_error(run_serial(["run", str(config), "--lr", "0.2"], timeout=60),
+                   f"{str(tmp_path / 'cells' / 'cell_0002.h5')!r} already holds", "--overwrite")
+    result = run_serial(["run", str(config), "--lr", "0.2", "--overwrite"])
+    assert result.returncode == 0, result.stderr
+    assert [line.split(":")[0] for line in result.stdout.splitlines() if line.startswith("sweep cell ")] \
+        == ["sweep cell 2 of 4", "sweep cell 3 of 4"], result.stdout
+    after = run_ids()
+    assert after[:2] == before[:2] and after[2] != before[2] and after[3] != before[3]
+    assert [cell_values(p) for p in files] == [(0.1, 1, 0, 4), (0.1, 2, 1, 4), (0.2, 1, 2, 4),
+                                               (0.2, 2, 3, 4)]
+
+
+def test_an_existing_cell_file_of_another_sweep_is_refused_naming_both_cells(tmp_path):
+    """The config's [sweep] changed since its cells ran: cell_0000.h5 holds lr = 0.1, and cell 0
+    is now lr = 0.05; the refusal says so rather than suggest --overwrite blindly."""
+    config = tmp_path / "sweep.toml"
+    config.write_text(SWEEP.format(out=tmp_path / "cells.h5"))
+    assert run_serial(["run", str(config), "--cell", "0"]).returncode == 0
+    config.write_text(config.read_text().replace("lr = [0.1, 0.2]", "lr = [0.05, 0.2]"))
+    one_line_error(run_serial(["run", str(config), "--cell", "0"], timeout=60), "cell_0000.h5",
+                   'sweep cell 0 {"lr": 0.1, "batch": 1}', 'cell 0 {"lr": 0.05, "batch": 1}', "--overwrite")
+    assert cell_values(tmp_path / "cells" / "cell_0000.h5") == (0.1, 1, 0, 4)
 
 
 def test_write_array_passes_the_flags_on_to_every_task(tmp_path):
     config = tmp_path / "sweep.toml"
     config.write_text(SWEEP.format(out=tmp_path / "cells.h5"))
     script = tmp_path / "array.sbatch"
-    result = run_serial(["sweep", str(config), "--lr", "0.5", "--no-standardize", "--write-array",
+    result = run_serial(["sweep", str(config), "--lr", "0.2", "--no-standardize", "--write-array",
                          str(script), "--slurm-partition", "short"], timeout=60)
     assert result.returncode == 0, result.stderr
     text = script.read_text()
-    assert "#SBATCH --array=0-1" in text and "#SBATCH --partition=short" in text
+    assert "#SBATCH --array=2-3" in text and "#SBATCH --partition=short" in text  # lr 0.2's cells
     srun = next(line for line in text.splitlines() if line.startswith("srun "))
     assert srun.endswith('--cell "$SLURM_ARRAY_TASK_ID" --resume')
-    assert " --lr 0.5 " in srun and " --no-standardize " in srun
+    assert " --lr 0.2 " in srun and " --no-standardize " in srun
+    result = run_serial(["sweep", str(config), "--batch", "2", "--write-array", str(script)], timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "#SBATCH --array=1,3" in script.read_text()
 
 
 def sbatch_directives(script) -> dict:
@@ -428,14 +517,14 @@ def test_cell_or_quick_without_a_config_is_refused_not_ignored(tmp_path, flags, 
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("task, words", [("abc", ["SLURM_ARRAY_TASK_ID 'abc'"]),
-                                         ("4", ["SLURM_ARRAY_TASK_ID 4 is out of range", "4 cells"])])
+@pytest.mark.parametrize("task, words", [("abc", ["SLURM_ARRAY_TASK_ID 'abc'", "0-3"]),
+                                         ("4", ["SLURM_ARRAY_TASK_ID 4 is out of range", "4 cells", "0..3"])])
 def test_a_job_array_task_id_that_is_no_index_is_one_line(tmp_path, task, words):
     """The error names SLURM_ARRAY_TASK_ID, which the task set, not --cell, which it did not."""
     config = tmp_path / "sweep.toml"
     config.write_text(SWEEP.format(out=tmp_path / "cells.h5"))
     result = run_serial(["run", str(config)], env={"SLURM_ARRAY_TASK_ID": task}, timeout=60)
-    one_line_error(result, *words, "0..3")
+    one_line_error(result, *words)
 
 
 def test_a_config_that_is_not_utf8_text_is_one_line(tmp_path):
