@@ -24,7 +24,10 @@ import warnings
 
 import numpy as np
 
-from ordersim.analysis import style
+from ordersim.analysis import extras
+
+extras.script_requires(__name__)  # before matplotlib and pandas are imported: one line if they are missing
+from ordersim.analysis import style  # noqa: E402
 
 # dataset -> axis label (with units), scale factor (accuracies stored as fractions shown in %)
 LABELS = {

@@ -3,7 +3,7 @@
     python -m ordersim.analysis.fit FILE.h5 [FILE.h5 ...] [--metric auto|suboptimality|gap|grad_norm_sq]
                            [--setting auto|pl|nonconvex] [--epoch T] [--level 0.95] [--out DIR]
 
-Prints one row per (variable, orderer): the cells fitted (one cell = one value of m or n), the
+Prints one row per (variable, sweep, orderer): the cells fitted (one cell = one value of m or n), the
 data draws per cell, the measured exponent with its confidence interval, the theory's exponent
 (analysis/theory.py), whether they agree (the theory inside the interval) and the cells left out
 at a floor. With --out, also writes DIR/fit.csv.
@@ -18,9 +18,12 @@ later step lowers it by less than a quarter of rr's theory slope (FLOOR_FRACTION
 flagged and left out of the fit.
 
 The error of a run is its metric at epoch T (default: the last epoch every completed run reached;
-interrupted and diverged runs are left out with a note). For a variable (m or n), the points are the
-runs whose other settings (n or m, b, lr, problem) form the largest sweep of that variable (the data
-spec may differ: `python -m ordersim reproduce scaling` draws m*n synthetic examples per cell).
+interrupted and diverged runs are left out with a note). For a variable (m or n), a sweep is the
+runs whose other settings (n or m, b, lr, problem, and any other swept config field, such as
+momentum) agree and that take at least two values of it; each is a fit of its own, and the values
+that tell a variable's sweeps apart (lr = 0.1 and 0.3, say) are columns of the table. The data spec
+may differ (`python -m ordersim reproduce scaling` draws m*n synthetic examples per cell). Files in
+no sweep are named in a note.
 """
 
 from __future__ import annotations
@@ -31,9 +34,13 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from ordersim.analysis import style, theory
+from ordersim.analysis import extras
+
+extras.script_requires(__name__)  # before matplotlib and pandas are imported: one line if they are missing
+from ordersim.analysis import style, theory  # noqa: E402
 
 VARIABLE_COLUMN = {"m": "workers", "n": "examples_per_worker"}
+OTHER = {"m": "n", "n": "m"}
 METRICS = ("auto", "suboptimality", "gap", "grad_norm_sq")
 METRIC_LABEL = {"suboptimality": r"final suboptimality $f(x_T)-f^\star$",
                 "gap": r"final train loss minus the best, $f(x_T)-\min f$",
@@ -154,28 +161,66 @@ def final_errors(df, metric: str = "auto", epoch: int | None = None):
     return rows[rows.error > 0], metric, epoch, notes
 
 
-def sweep(errors, variable: str, notes: list | None = None):
-    """The rows of the largest sweep over ``variable`` (m or n), the other settings held fixed.
-
-    When no sweep holds the other of m and n fixed (e.g. m workers sharing one fixed dataset, so
-    n = N/m), the sweep with only b, lr and problem fixed is used, and a note says so.
-    """
+def held_columns(errors, variable: str) -> list[str]:
+    """The columns a sweep over ``variable`` (m or n) holds fixed: the other of m and n, b, lr and
+    problem, and every setting of the files (load_runs' settings) that takes several values where
+    those and the variable are fixed: another axis of the sweep, such as momentum. Not a setting
+    that changes with the variable alone, as the data spec does (a sweep over m at fixed n draws
+    m*n examples per cell), nor ``data_seed``: each file is one data draw of its cell."""
     column = VARIABLE_COLUMN[variable]
-    other = VARIABLE_COLUMN["n" if variable == "m" else "m"]
-    # Not the data spec: a sweep over m at fixed n draws a data set of m*n examples per cell.
-    fixed = [c for c in ("batch", "lr", "problem") if c in errors]
-    for keys in ([other, *fixed], fixed):
-        best = None
-        for _, g in errors.groupby(keys, dropna=False) if len(errors) else []:
-            if best is None or g[column].nunique() > best[column].nunique():
-                best = g
-        if best is not None and best[column].nunique() >= 2:
-            if keys is fixed and notes is not None:
-                notes.append(f"the sweep over {variable} does not hold {other} fixed "
-                             f"({other} takes {sorted(best[other].unique().tolist())}): "
-                             "the theory's slope assumes it does")
-            return best
-    return None
+    held = [c for c in (VARIABLE_COLUMN[OTHER[variable]], "batch", "lr", "problem") if c in errors]
+    settings = [c for c in errors.attrs.get("settings", ()) if c in errors and c not in (*held, column, "data_seed")]
+    if not len(errors):
+        return held
+    per_cell = errors.groupby([*held, column], dropna=False)
+    return held + [c for c in settings if per_cell[c].nunique(dropna=False).max() > 1]
+
+
+def sweeps(errors, variable: str, notes: list | None = None) -> list:
+    """Every sweep over ``variable`` (m or n): ({held column: value}, rows) per combination of values
+    of the ``held_columns`` at which the runs take at least two values of the variable (a sweep
+    over m at lr 0.1 and another at lr 0.3 are two fits, not one pooled or one dropped).
+
+    When none holds the other of m and n fixed (e.g. m workers sharing one fixed dataset, so
+    n = N/m), those holding only the rest fixed are used, and a note says so.
+    """
+    column, other = VARIABLE_COLUMN[variable], VARIABLE_COLUMN[OTHER[variable]]
+    held = held_columns(errors, variable)
+    for keys in (held, [c for c in held if c != other]):
+        found = [(dict(zip(keys, values)), g) for values, g in errors.groupby(keys, dropna=False)
+                 if g[column].nunique() >= 2] if len(errors) else []
+        if found:
+            if keys is not held and notes is not None:
+                notes += [f"the sweep over {variable} does not hold {other} fixed ({other} takes "
+                          f"{sorted(g[other].unique().tolist())}): the theory's slope assumes it does"
+                          for _, g in found]
+            return found
+    return []
+
+
+def all_sweeps(errors, notes: list) -> dict:
+    """{variable: its ``sweeps``} for m and n, and a note naming the files in none of them (one
+    value of m and of n where their other settings are fixed): no fit has them."""
+    found = {variable: sweeps(errors, variable, notes) for variable in VARIABLE_COLUMN}
+    fitted = {path for blocks in found.values() for _, rows in blocks for path in rows.file}
+    left = sorted(set(errors.file) - fitted)
+    if left:
+        notes.append(f"left out {len(left)} file(s) in no sweep over m or n (one value of each where their other "
+                     f"settings are fixed): {', '.join(left)}")
+    return found
+
+
+def telling_apart(blocks) -> list[str]:
+    """The held columns whose values differ between the sweeps ``blocks`` of one variable: what
+    names each of them in a table or a title."""
+    if len(blocks) < 2:
+        return []
+    return [c for c in blocks[0][0] if len({style.config_value_text(held[c]) for held, _ in blocks}) > 1]
+
+
+def held_text(held: dict, columns) -> str:
+    """"lr=0.3, momentum=0.9": the values of ``columns`` in ``held``."""
+    return ", ".join(style.value_label(c, held[c]) for c in columns)
 
 
 def setting_of(errors, metric: str, setting: str = "auto") -> str:
@@ -187,31 +232,39 @@ def setting_of(errors, metric: str, setting: str = "auto") -> str:
 
 
 def table(df, metric="auto", setting="auto", epoch=None, level=0.95):
-    """The fit table as a DataFrame, plus (metric, setting, T, notes)."""
+    """The fit table as a DataFrame, plus (metric, setting, T, notes): one row per (variable, sweep,
+    orderer); the held columns that tell a variable's sweeps apart (``telling_apart``: lr, say)
+    come between ``variable`` and ``orderer``, NaN for the other variable's rows."""
     import pandas as pd
 
     errors, metric, epoch, notes = final_errors(df, metric, epoch)
     setting = setting_of(errors, metric, setting)
-    rows = []
-    for variable, column in VARIABLE_COLUMN.items():
-        points = sweep(errors, variable, notes)
-        if points is None:
+    rows, block_columns = [], {}
+    for variable, blocks in all_sweeps(errors, notes).items():
+        column = VARIABLE_COLUMN[variable]
+        if not blocks:
             notes.append(f"no sweep over {variable}: the files hold one value of {column} per setting")
             continue
         flat = FLOOR_FRACTION * theory.exponent("rr", variable, setting)
-        for orderer, g in sorted(points.groupby("orderer"), key=lambda kv: style.orderer_key(kv[0])):
-            cells = fit_cells(g, column, flat, level)
-            lo, hi = cells["ci_low"], cells["ci_high"]
-            expected = theory.exponent(orderer, variable, setting)
-            agree = "n/a" if expected is None or not np.isfinite(lo) else ("yes" if lo <= expected <= hi else "no")
-            if cells["floor"]:
-                notes.append(f"{orderer}, {variable}: cells {variable} = {cells['floor']} are at a floor "
-                             "(the error stops falling); left out of the fit")
-            rows.append({"variable": variable, "orderer": orderer, "cells": cells["cells"],
-                         "draws": cells["draws"], "exponent": cells["exponent"], "ci_low": lo,
-                         "ci_high": hi, "theory": theory.format_exponent(expected), "agree": agree,
-                         "floor": cells["floor"] or "-"})
-    return pd.DataFrame(rows), metric, setting, epoch, notes
+        named = telling_apart(blocks)
+        block_columns.update(dict.fromkeys(named))
+        for held, points in blocks:
+            where = f" at {held_text(held, named)}" if named else ""
+            for orderer, g in sorted(points.groupby("orderer"), key=lambda kv: style.orderer_key(kv[0])):
+                cells = fit_cells(g, column, flat, level)
+                lo, hi = cells["ci_low"], cells["ci_high"]
+                expected = theory.exponent(orderer, variable, setting)
+                agree = "n/a" if expected is None or not np.isfinite(lo) else ("yes" if lo <= expected <= hi else "no")
+                if cells["floor"]:
+                    notes.append(f"{orderer}, {variable}{where}: cells {variable} = {cells['floor']} are at a floor "
+                                 "(the error stops falling); left out of the fit")
+                rows.append({"variable": variable, **{c: held[c] for c in named}, "orderer": orderer,
+                             "cells": cells["cells"], "draws": cells["draws"], "exponent": cells["exponent"],
+                             "ci_low": lo, "ci_high": hi, "theory": theory.format_exponent(expected), "agree": agree,
+                             "floor": cells["floor"] or "-"})
+    columns = ["variable", *block_columns, "orderer", "cells", "draws", "exponent", "ci_low", "ci_high", "theory",
+               "agree", "floor"]
+    return pd.DataFrame(rows, columns=columns), metric, setting, epoch, notes
 
 
 def epoch_number(text: str) -> int:
@@ -260,10 +313,14 @@ def report(result, metric, setting, epoch, notes, level=0.95) -> str:
     lines = [f"error: {metric} at epoch T = {epoch}; theory: {setting}; slope of the cell means "
              f"(log error averaged over seeds, then data draws), {level:.0%} t interval over cells"]
     if len(result):
+        held = list(result.columns[1:result.columns.get_loc("orderer")])
         shown = result.assign(exponent=result.exponent.map("{:+.3f}".format),
-                              ci=[f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in zip(result.ci_low, result.ci_high)])
-        lines.append(shown[["variable", "orderer", "cells", "draws", "exponent", "ci", "theory", "agree",
-                            "floor"]].to_string(index=False))
+                              ci=[f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in zip(result.ci_low, result.ci_high)],
+                              **{c: result[c].map(lambda v: "-" if style.missing(v) else style.config_value_text(v))
+                                 for c in held})
+        shown = shown.rename(columns={c: style.CONFIG.get(c) or c for c in held})
+        lines.append(shown[["variable", *(style.CONFIG.get(c) or c for c in held), "orderer", "cells", "draws",
+                            "exponent", "ci", "theory", "agree", "floor"]].to_string(index=False))
     lines += [f"note: {note}" for note in notes]
     return "\n".join(lines)
 

@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ordersim.analysis import style
+from ordersim.analysis import extras
+
+extras.script_requires(__name__)  # before matplotlib and pandas are imported: one line if they are missing
+from ordersim.analysis import style  # noqa: E402
 
 NORM_LABEL = {"inf": r"$\|\cdot\|_\infty$", "2": r"$\|\cdot\|_2$"}
 

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ordersim.analysis import style
-from ordersim.analysis.herding import REFERENCE_LABELS
-from ordersim.analysis.load import load_herding_sim
+from ordersim.analysis import extras
+
+extras.script_requires(__name__)  # before matplotlib and pandas are imported: one line if they are missing
+from ordersim.analysis import style  # noqa: E402
+from ordersim.analysis.herding import REFERENCE_LABELS  # noqa: E402
+from ordersim.analysis.load import load_herding_sim  # noqa: E402
 
 
 def draw(df, band_kind="minmax", log=True, title=None):
@@ -31,8 +34,7 @@ def draw(df, band_kind="minmax", log=True, title=None):
         raise SystemExit("herding_sim: no herding-sim results in the files")
     panels = sorted(df.groupby("workers"), key=lambda kv: kv[0])
     orderers = sorted(df.orderer.unique(), key=style.orderer_key)
-    rows = -(-len(panels) // 5)  # at most 5 panels a row, the rows filled evenly
-    fig, axes = style.figure(len(panels), cols=-(-len(panels) // rows), width=2.6, height=2.4)
+    fig, axes = style.figure(len(panels), cols=5, width=2.6, height=2.4)
     for ax, (m, g) in zip(axes, panels):
         g = g.assign(label=g.orderer)
         for lab, (rounds, values) in style.by_seed(g, "round", "herding").items():
@@ -47,7 +49,8 @@ def draw(df, band_kind="minmax", log=True, title=None):
         style.counted_x(ax)
         if log:
             style.plain_log_y(ax)
-    axes[0].set_ylabel(r"parallel herding $\|\cdot\|_\infty$")
+        if ax.get_subplotspec().is_first_col():
+            ax.set_ylabel(r"parallel herding $\|\cdot\|_\infty$")
     style.orderer_legend(fig, orderers, band_kind if df.seed.nunique() > 1 else None, ax=axes[0])
     fig.tight_layout()
     first = df.iloc[0]

@@ -35,10 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ordersim.analysis import extras
 from ordersim.stop import EXIT_CHECKPOINTED
 from ordersim.config import OneLineParser
 
 ROOT = Path(__file__).resolve().parents[1]
+PROG = "python -m ordersim reproduce"
 CONFIGS = ROOT / "runs" / "papers"
 
 
@@ -414,9 +416,10 @@ CHECKS = {"scaling": scaling, "grab_mnist": grab_mnist, "cdgrab_logreg": cdgrab_
 
 
 def parser() -> argparse.ArgumentParser:
+    extras.require_or_exit(PROG, "reproduce", "analysis")  # one line, not style's traceback, without matplotlib
     from ordersim.analysis import style  # its argument types: checked before anything runs
 
-    p = OneLineParser(prog="python -m ordersim reproduce", description=__doc__,
+    p = OneLineParser(prog=PROG, description=__doc__,
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("names", nargs="*", metavar="NAME", help=f"experiments (default: all): {', '.join(EXPERIMENTS)}")
     p.add_argument("--quick", action="store_true", help="the configs' [quick] size (CI), into results/papers/quick/")
@@ -426,6 +429,7 @@ def parser() -> argparse.ArgumentParser:
                    help="write (and read) the traces under DIR instead of at the configs' `out`")
     p.add_argument("--no-run", action="store_true", help="draw from the traces already written")
     p.add_argument("--dpi", type=style.dpi, default=110, help="PNG resolution (default: 110)")
+    style.add_size_arguments(p)
     return p
 
 
@@ -438,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from ordersim.analysis import style
 
-    style.DPI = args.dpi
+    style.apply(args)
     out = Path(args.figures or ROOT / "results" / "papers" / ("quick" if args.quick else "") / "figures")
     results = Path(args.results).resolve() if args.results else None
     if args.no_run:  # every experiment's traces first: one line, before any figure is drawn

@@ -3,9 +3,10 @@
     python -m ordersim.analysis.scaling FILE.h5 [FILE.h5 ...] --out DIR [--metric ...] [--setting ...]
                                [--epoch T] [--level 0.95] [--band minmax|std]
 
-Writes DIR/scaling.{png,pdf}: one panel per swept variable (m and/or n; the runs and cells are
-chosen and fitted as in analysis.fit), one colour per orderer. Small dots: each data draw's mean
-over seeds (of log error), the band their min-max (--band std: the cell mean +- one standard
+Writes DIR/scaling.{png,pdf}: one panel per sweep over m or n (the runs and cells are chosen and
+fitted as in analysis.fit: a sweep over m at lr 0.1 and one at lr 0.3 are two panels), its legend
+in a panel at its right (under it when the figure is too narrow), one colour per orderer. Small
+dots: each data draw's mean over seeds (of log error), the band their min-max (--band std: the cell mean +- one standard
 deviation over draws, on log scale); solid line and markers: the cell means (open markers: cells at a floor, left out of
 the fit); dashed line: the fit, its slope and confidence interval in the legend; dotted line: the
 theory's rate (analysis/theory.py), known only up to a constant, with the constant fitted to the
@@ -16,14 +17,18 @@ and band are; the caption sits below the lowest x label.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
-from ordersim.analysis import fit, style, theory
+from ordersim.analysis import extras
+
+extras.script_requires(__name__)  # before matplotlib and pandas are imported: one line if they are missing
+import pandas as pd  # noqa: E402
+
+from ordersim.analysis import fit, style, theory  # noqa: E402
 
 AXIS_LABEL = {"m": "number of workers $m$", "n": "examples per worker $n$"}
 # The legend's title: what dots, line and band are (the panel title's interval is the fit's).
-BAND_TEXT = {"minmax": "dots: data draws (mean over seeds), line: cell mean,\nband: min–max over the draws",
-             "std": "dots: data draws (mean over seeds), line: cell mean,\nband: ±1 std over the draws (log scale)"}
+BAND_TEXT = {"minmax": "dots: data draws (mean over seeds),\nline: cell mean,\nband: min–max over the draws",
+             "std": "dots: data draws (mean over seeds),\nline: cell mean,\nband: ±1 std over the draws (log scale)"}
 AXIS_COLUMNS = ("workers", "examples_per_worker")
 
 
@@ -31,12 +36,14 @@ def draw(df, metric="auto", setting="auto", epoch=None, level=0.95, band_kind="m
     """The scaling figure and the notes of the fit (analysis.fit); ``title`` ends the caption."""
     errors, metric, epoch, notes = fit.final_errors(df, metric, epoch)
     setting = fit.setting_of(errors, metric, setting)
-    sweeps = {v: s for v in fit.VARIABLE_COLUMN if (s := fit.sweep(errors, v, notes)) is not None}
+    # a panel per sweep (each value of lr, say, its own: analysis.fit.sweeps)
+    sweeps = [(variable, held, points, fit.telling_apart(blocks))
+              for variable, blocks in fit.all_sweeps(errors, notes).items() for held, points in blocks]
     if not sweeps:
         raise SystemExit("scaling: the files hold no sweep over m or n (need at least two values)")
-    fig, axes = style.figure(len(sweeps), cols=1, width=3.6, height=2.9)
-    fig.subplots_adjust(hspace=0.45)  # no tight_layout: it would shrink the axes for the outside legends
-    for ax, (variable, points) in zip(axes, sweeps.items()):
+    # each panel's legend in a panel of its own at its right, or under it when the figure is too narrow
+    fig, axes = style.figure([2] * len(sweeps), cols=2, width=3.6, height=2.9)
+    for ax, key, (variable, held, points, named) in zip(axes[::2], axes[1::2], sweeps):
         column = fit.VARIABLE_COLUMN[variable]
         flat = fit.FLOOR_FRACTION * theory.exponent("rr", variable, setting)
         for orderer, g in sorted(points.groupby("orderer"), key=lambda kv: style.orderer_key(kv[0])):
@@ -70,11 +77,15 @@ def draw(df, metric="auto", setting="auto", epoch=None, level=0.95, band_kind="m
         style.plain_log_y(ax)
         ax.set_xlabel(AXIS_LABEL[variable])
         ax.set_ylabel(fit.METRIC_LABEL[metric])
-        held = AXIS_COLUMNS[1 - AXIS_COLUMNS.index(column)]
-        ax.set_title(f"{style.CONFIG[held]} = {style.value_text(points[held], 6)}, after T = {epoch} epochs; "
+        other = AXIS_COLUMNS[1 - AXIS_COLUMNS.index(column)]
+        where = "".join(f", {fit.held_text(held, [c])}" for c in named if c != other)
+        ax.set_title(f"{style.CONFIG[other]} = {style.value_text(points[other], 6)}{where}, after T = {epoch} epochs;\n"
                      f"mean over seeds and data draws; fit CI {level:.0%}", fontsize=7)
-        style.legend(ax, title=BAND_TEXT[band_kind], fontsize=6, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    points = pd.concat(list(sweeps.values()))
+        key.axis("off")
+        key.legend(*ax.get_legend_handles_labels(), title=BAND_TEXT[band_kind], title_fontsize=7, fontsize=6,
+                   loc="center left")
+    fig.tight_layout()
+    points = pd.concat([points for _, _, points, _ in sweeps])
     style.caption(fig, None, extra=f"{style.config_text(points, exclude=tuple(AXIS_COLUMNS), runs=False)}; "
                                    f"theory: {setting}" + (f". {title}" if title else ""))
     return fig, notes
@@ -88,7 +99,7 @@ def plot(df, out, metric="auto", setting="auto", epoch=None, level=0.95, band_ki
 
 
 def main(argv=None) -> int:
-    p = style.parser("ordersim.analysis.scaling", __doc__)
+    p = style.parser("ordersim.analysis.scaling", __doc__, band_over="the data draws (each draw's mean over its seeds)")
     fit.add_arguments(p)
     args = style.parse(p, argv)
     df = style.load(args.files)

@@ -25,13 +25,17 @@ from __future__ import annotations
 import warnings
 
 import h5py
-import matplotlib.lines
 import numpy as np
 
 from ordersim import coding
-from ordersim.analysis import style
-from ordersim.analysis.convergence import LABELS
-from ordersim.analysis.load import load_steps
+from ordersim.analysis import extras
+
+extras.script_requires(__name__)  # before matplotlib and pandas are imported: one line if they are missing
+import matplotlib.lines  # noqa: E402
+
+from ordersim.analysis import style  # noqa: E402
+from ordersim.analysis.convergence import LABELS  # noqa: E402
+from ordersim.analysis.load import load_steps  # noqa: E402
 
 # The coding schemes in the registry's order (ordersim.coding.SCHEMES), which the tables and the
 # legends follow.
@@ -125,13 +129,13 @@ def draw(df, times, metric=None, orderers=None, band_kind="minmax"):
     times = times[times.orderer.isin(orderers)]
     coded = sorted(df.loc[df.coding != "wait-all", "coding_s"].unique().tolist()) or [0]
     rates = sorted(df.lr.unique().tolist())
-    cols = len(coded) + 1
-    fig, axes = style.figure(len(rates) * cols, cols=cols)
+    # a row per step size, the step-time panel at the end of the first
+    fig, axes = style.figure([len(coded) + 1] + [len(coded)] * (len(rates) - 1), cols=len(coded) + 1)
+    time_ax = axes.pop(len(coded))
     y_label, _ = LABELS.get(metric, (metric, 1.0))
     for row, lr in enumerate(rates):
-        axes[row * cols + cols - 1].set_visible(row == 0)  # the step-time panel: first row only
-        first = axes[row * cols]
-        for ax, s in zip(axes[row * cols:], coded):
+        first = axes[row * len(coded)]
+        for ax, s in zip(axes[row * len(coded):], coded):
             if ax is not first:
                 ax.sharey(first)
                 ax.sharex(first)
@@ -150,12 +154,12 @@ def draw(df, times, metric=None, orderers=None, band_kind="minmax"):
                     style.band(ax, x, values, orderer, band_kind, col=scheme_color(scheme), epochs=epochs)
             title = f"s = {s}" if s else "no coding"
             if len(rates) > 1:
-                title += f", lr {lr:g} (lr·L = {lr * float(panel.L.iloc[0]):.2g})"
+                title += f"\nlr {lr:g} (lr·L = {lr * float(panel.L.iloc[0]):.2g})"
             ax.set_title(title)
             ax.set_xlabel("simulated time (s)")
             ax.set_ylabel(y_label)
             style.log_if_positive(ax, df.loc[df.lr == lr, metric])
-    ax = axes[cols - 1]
+    ax = time_ax
     summary = table(times)
     schemes = [c for c in SCHEMES if c in set(summary.coding) | set(df.coding)]
     coded_schemes = [c for c in SCHEMES if c in set(summary.coding) and c != "wait-all"]
@@ -175,13 +179,19 @@ def draw(df, times, metric=None, orderers=None, band_kind="minmax"):
     ax.set_xticks(coded)
     fig.tight_layout()
     scheme_handles = [matplotlib.lines.Line2D([], [], color=scheme_color(c), label=c) for c in schemes]
-    fig.legend(handles=scheme_handles, title="colour: coding scheme (wait-all: a line in the step-time panel)",
-               title_fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=min(len(schemes), 4),
-               frameon=False)
+    scheme_legend = style.figure_legend(
+        fig, min(len(schemes), 4), handles=scheme_handles, title_fontsize=7, loc="lower left",
+        title="colour: coding scheme (wait-all: a line in the step-time panel)", bbox_to_anchor=(0.0, 1.0),
+        frameon=False)
     orderer_handles = [matplotlib.lines.Line2D([], [], label=o, **{**style.orderer_style(o), "color": "black"})
                        for o in orderers]
-    fig.legend(handles=orderer_handles, title="line style and marker: orderer; " + style.BAND_TEXT[band_kind],
-               title_fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    orderer_legend = style.figure_legend(
+        fig, 1, handles=orderer_handles, title="line style and marker: orderer; " + style.BAND_TEXT[band_kind],
+        title_fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    renderer = fig.canvas.get_renderer()
+    schemes_box, orderers_box = (legend.get_window_extent(renderer) for legend in (scheme_legend, orderer_legend))
+    if schemes_box.x1 > orderers_box.x0:  # too narrow a figure for them side by side: one above the other
+        scheme_legend.set_bbox_to_anchor((0.0, 1.0 + orderers_box.height / fig.bbox.height), transform=fig.transFigure)
     style.caption(fig, df, exclude=("lr", "coding", "coding_s"), extra=_straggler_text(df))
     return fig, summary
 

@@ -1,9 +1,12 @@
 """Shared plotting style and command-line plumbing for the analysis scripts.
 
-Every figure: Agg backend, serif fonts sized for a two-column paper, one colour, marker and line
-style per orderer (the same in every figure: ``orderer_style``), a mean line over seeds with a
-shaded band (min-max by default, or mean +- one standard deviation with ``--band std``), written as
-PNG (300 dpi) and PDF.
+Every figure: Agg backend, serif fonts in points, WIDTH inches wide (--width; a one-column
+paper's text width by default, so that it prints at the nominal sizes) with its panels wrapped into
+rows (``figure``), legends, colour scale and caption inside that width (``save``), log axes with
+enough labelled ticks to read values off (``log_axis``), one colour, marker and line style per
+orderer (the same in every figure: ``orderer_style``), a mean line over seeds with a shaded band
+(min-max by default, or mean +- one standard deviation with ``--band std``), written as PNG
+(300 dpi) and PDF.
 
 For a new figure script (the API the scripts here use):
 
@@ -35,6 +38,7 @@ import matplotlib.cm  # noqa: E402
 import matplotlib.colors  # noqa: E402
 import matplotlib.lines  # noqa: E402
 import matplotlib.ticker  # noqa: E402
+import matplotlib.transforms  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -129,16 +133,88 @@ def orderer_key(name: str):
     return (ORDER.index(base) if base in ORDER else len(ORDER), name)
 
 
-def figure(panels: int, cols: int | None = None, width: float = 3.3, height: float = 2.5):
-    """A figure with ``panels`` axes (a flat list), ``cols`` per row (default: all in one row, at most 4)."""
+# The width of every figure (--width), whatever it holds: legends, colour scale and caption
+# included, so that it prints at the nominal font sizes at this width. The default is the text
+# width of a one-column paper (US letter with 1 in margins; A4 with 2.5 cm margins is 6.3 in).
+PAPER_WIDTH = 6.5
+WIDTH = PAPER_WIDTH
+COLUMNS = None  # panels per row (--columns); None: as many as fit at MIN_PANEL_WIDTH
+# Narrower, a panel's 8-9 pt tick and axis labels leave its plot too little room.
+MIN_PANEL_WIDTH = 2.0
+PAD = 0.04  # inches of white around the saved figure's content
+
+
+def figure(panels, cols: int | None = None, width: float = 3.3, height: float = 2.5):
+    """A figure WIDTH inches wide with ``panels`` axes (a flat list, row by row).
+
+    ``panels``: a count, or a list of counts, each the panels of a row of its own (stragglers' one
+    row per step size). A row holds at most ``cols`` panels (default 4; --columns overrides) and no
+    more than fit at MIN_PANEL_WIDTH: longer rows wrap, with as few panels a row as keep the
+    number of rows. ``width`` × ``height``: a panel's shape in inches, whose height it keeps when
+    wider and scales down with it when narrower.
+    """
     plt.rcParams.update(RC)
-    cols = cols or min(panels, 4)
-    rows = -(-panels // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
-    axes = axes.ravel()
-    for ax in axes[panels:]:
-        ax.set_visible(False)
-    return fig, list(axes[:panels])
+    rows = [panels] if isinstance(panels, int) else list(panels)
+    most = COLUMNS or min(cols or 4, max(1, int(WIDTH // MIN_PANEL_WIDTH)))
+    most = min(most, max(rows))
+
+    def row_count(columns):
+        return sum(-(-k // columns) for k in rows)
+
+    cols = next(c for c in range(1, most + 1) if row_count(c) == row_count(most))
+    panel_height = height * min(1.0, WIDTH / cols / width)
+    fig = plt.figure(figsize=(WIDTH, panel_height * row_count(cols)))
+    grid = fig.add_gridspec(row_count(cols), cols)
+    axes, top = [], 0
+    for k in rows:
+        axes += [fig.add_subplot(grid[top + i // cols, i % cols]) for i in range(k)]
+        top += -(-k // cols)
+    return fig, axes
+
+
+def figure_legend(fig, columns: int, **kw):
+    """``fig.legend(**kw)`` in at most ``columns`` columns, fewer until it is no wider than the
+    figure; its title on several lines if one column is still too wide."""
+    import textwrap
+
+    room = (fig.get_figwidth() - 2 * PAD) * fig.dpi
+    renderer = fig.canvas.get_renderer()
+    for k in range(columns, 0, -1):
+        legend = fig.legend(ncols=k, **kw)
+        if legend.get_window_extent(renderer).width <= room:
+            return legend
+        if k > 1:
+            legend.remove()  # its columns are laid out when it is made
+    title = legend.get_title()
+    text = title.get_text()
+    title.set_text(textwrap.fill(text, max(10, int(len(text) * room / title.get_window_extent(renderer).width))))
+    return legend
+
+
+def fit_width(fig):
+    """Bring what sticks out at the sides (the colour scale, a legend beside a panel, long tick
+    labels) inside the figure's width: the panels narrow, the gaps between them and every font
+    keep their size."""
+    width = fig.get_figwidth()
+    grid = [ax for ax in fig.axes if ax.get_subplotspec() is not None]
+    if not grid:
+        return
+    columns = grid[0].get_subplotspec().get_gridspec().ncols
+    for _ in range(3):  # tick labels move with the panels: measure again
+        box = fig.get_tightbbox(fig.canvas.get_renderer())
+        left, right = max(0.0, PAD - box.x0), max(0.0, box.x1 - width + PAD)
+        if left + right < 0.01:
+            return
+        pars = fig.subplotpars
+        panel = (pars.right - pars.left) * width / (columns + (columns - 1) * pars.wspace)
+        gap = pars.wspace * panel
+        new_left, new_right = pars.left + left / width, pars.right - right / width
+        narrower = ((new_right - new_left) * width - (columns - 1) * gap) / columns
+        fig.subplots_adjust(left=new_left, right=new_right, wspace=gap / narrower)
+        for ax in fig.axes:  # the colour scale at the right of the panels follows their right edge
+            if ax.get_subplotspec() is None:
+                x0, y0, w, h = ax.get_position().bounds
+                ax.set_position([x0 - right / width, y0, w, h])
 
 
 def _regular_breaks(epochs) -> np.ndarray:
@@ -316,7 +392,8 @@ class Variants:
                                           cmap=matplotlib.colors.ListedColormap(grays))
         boxes = [ax.get_position() for ax in axes]
         right, bottom, top = max(b.x1 for b in boxes), min(b.y0 for b in boxes), max(b.y1 for b in boxes)
-        cax = fig.add_axes([right + 0.012, bottom, 0.01, top - bottom], label="<colorbar>")
+        inch = 1 / fig.get_figwidth()  # a gap of 0.12 in and a bar 0.1 in wide at any figure width
+        cax = fig.add_axes([right + 0.12 * inch, bottom, 0.1 * inch, top - bottom], label="<colorbar>")
         bar = fig.colorbar(sm, cax=cax, ticks=np.arange(k))
         if len(self.columns) == 1:
             bar.set_ticklabels([config_value_text(c[0]) for c in self.configs])
@@ -352,9 +429,8 @@ def orderer_legend(fig, orderers, band_kind: str | None = "minmax", ax=None, **k
     if not handles:
         return None
     title = BAND_TEXT.get(band_kind) if band_kind else None
-    kw.setdefault("ncol", min(len(handles), 6))
-    return fig.legend(handles=handles, title=title, title_fontsize=7, loc="lower center",
-                      bbox_to_anchor=(0.5, 1.0), frameon=False, **kw)
+    return figure_legend(fig, min(len(handles), 6), handles=handles, title=title, title_fontsize=7,
+                         loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False, **kw)
 
 
 def value_text(values, digits: int = 2) -> str:
@@ -400,8 +476,8 @@ def config_text(df, exclude=(), runs: bool = True) -> str:
         parts.append(f"{name} = {value_text(step, 3)}" + (f" ({', '.join(against)})" if against else ""))
     if runs and {"file", "seed", "orderer"} <= set(df.columns):
         line = ["orderer", *config_columns(df)]
-        per_line = df.drop_duplicates(["file", "seed", *line]).groupby(line, dropna=False).size()
-        parts.append(f"{value_text(per_line, 6)} runs (file, seed) per line")
+        per_line = value_text(df.drop_duplicates(["file", "seed", *line]).groupby(line, dropna=False).size(), 6)
+        parts.append(f"{per_line} run{'' if per_line == '1' else 's'} (file, seed) per line")
     return "; ".join(parts)
 
 
@@ -412,7 +488,7 @@ def caption(fig, df, exclude=(), extra: str = ""):
     import textwrap
 
     text = "; ".join(t for t in (config_text(df, exclude) if df is not None else "", extra) if t)
-    text = textwrap.fill(text, width=max(60, int(fig.get_figwidth() * 17)))  # ~17 characters an inch at 7 pt
+    text = textwrap.fill(text, width=int((fig.get_figwidth() - 2 * PAD) * 17))  # ~17 characters an inch at 7 pt
     renderer = fig.canvas.get_renderer()
     lowest = min((ax.get_tightbbox(renderer).y0 for ax in fig.axes if ax.get_visible()), default=0.0)
     gap = 2 / 72 / fig.get_figheight()  # 2 points under the lowest label
@@ -421,11 +497,11 @@ def caption(fig, df, exclude=(), extra: str = ""):
 
 
 def log_if_positive(ax, values, axis: str = "y"):
-    """Log scale on ``axis`` when every finite value is > 0 (rates live on log scales)."""
+    """``log_axis`` when every finite value is > 0 (rates live on log scales)."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
     if v.size and (v > 0).all():
-        (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+        log_axis(ax, axis)
 
 
 def legend(ax, band_kind: str | None = "minmax", figure_level: bool = False, title: str | None = None, **kw):
@@ -437,8 +513,8 @@ def legend(ax, band_kind: str | None = "minmax", figure_level: bool = False, tit
         return
     title = title or (BAND_TEXT.get(band_kind) if band_kind else None)
     if figure_level:
-        ax.figure.legend(handles, labels, title=title, title_fontsize=7, loc="lower center",
-                         bbox_to_anchor=(0.5, 1.0), ncol=min(len(labels), 6), frameon=False, **kw)
+        figure_legend(ax.figure, min(len(labels), 6), handles=handles, labels=labels, title=title, title_fontsize=7,
+                      loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False, **kw)
     else:
         ax.legend(handles, labels, title=title, title_fontsize=7, **kw)
 
@@ -453,12 +529,59 @@ def tick_number(v, _=None) -> str:
     return f"$10^{{{exponent}}}$" if mantissa == 1 else f"${mantissa:g}\\times10^{{{exponent}}}$"
 
 
+def leading_digit(v: float) -> int:
+    """3 for 0.03, 30 and 3e5."""
+    return round(v / 10.0 ** np.floor(np.log10(v) + 1e-9))
+
+
+MIN_LOG_LABELS = 3  # labelled ticks a log axis needs for a value to be read off it
+
+
+class MinorLogLabels(matplotlib.ticker.Formatter):
+    """The labels of a log axis' ticks between the decades: none when MIN_LOG_LABELS decades are
+    in view; else those whose leading digit is 2 or 5, or failing that 2, 3 or 5, or failing that
+    any, whichever first gives the axis MIN_LOG_LABELS labels with its decades (an axis from 3 to
+    30 shows 5, 10, 20; one from 6 to 9, 6, 7, 8, 9). matplotlib's own labels these ticks only
+    below one decade: 3 to 30 had one label, 10."""
+
+    DIGITS = ({2, 5}, {2, 3, 5}, set(range(2, 10)))
+
+    def __init__(self):
+        self.labelled = set()
+
+    def set_locs(self, locs):
+        low, high = sorted(self.axis.get_view_interval())
+
+        def in_view(values):
+            return [v for v in values if low * (1 - 1e-9) <= v <= high * (1 + 1e-9)]
+
+        decades = len(in_view(self.axis.get_majorticklocs()))
+        digits = [leading_digit(v) for v in in_view(locs)]
+        self.labelled = set()
+        if decades >= MIN_LOG_LABELS:
+            return
+        for labelled in self.DIGITS:
+            self.labelled = labelled
+            if decades + sum(d in labelled for d in digits) >= MIN_LOG_LABELS:
+                return
+
+    def __call__(self, v, pos=None):
+        return tick_number(v) if v > 0 and leading_digit(v) in self.labelled else ""
+
+
+def log_axis(ax, axis: str = "y"):
+    """Log scale on ``axis``, its ticks labelled with plain numbers (tick_number): the decades,
+    and on an axis spanning few decades enough ticks between them to read values off
+    (MinorLogLabels)."""
+    (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+    ticks = ax.yaxis if axis == "y" else ax.xaxis
+    ticks.set_major_formatter(matplotlib.ticker.FuncFormatter(tick_number))
+    ticks.set_minor_formatter(MinorLogLabels())
+
+
 def plain_log_y(ax):
     """Log y axis whose tick labels are plain numbers (3, 4, 6) rather than 3x10^0 on short ranges."""
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(tick_number))
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(
-        lambda v, _: tick_number(v) if ax.get_ylim()[1] / ax.get_ylim()[0] < 10 else ""))
+    log_axis(ax, "y")
 
 
 def counted_x(ax):
@@ -480,12 +603,16 @@ DPI = DEFAULT_DPI  # PNG resolution used by save(); the scripts set it from --dp
 
 
 def save(fig, out: Path, name: str) -> list[Path]:
-    """Write ``out/name.png`` (at DPI, set by --dpi) and ``out/name.pdf``; return both paths."""
+    """Write ``out/name.png`` (at DPI, set by --dpi) and ``out/name.pdf``, as wide as the figure
+    (``fit_width``) and as tall as what it holds; return both paths."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
-    fig.savefig(paths[0], dpi=DPI)
-    fig.savefig(paths[1])
+    fit_width(fig)
+    box = fig.get_tightbbox(fig.canvas.get_renderer())
+    page = matplotlib.transforms.Bbox.from_extents(0, box.y0 - PAD, fig.get_figwidth(), box.y1 + PAD)
+    fig.savefig(paths[0], dpi=DPI, bbox_inches=page)
+    fig.savefig(paths[1], bbox_inches=page)
     plt.close(fig)
     for p in paths:
         print(f"wrote {p}")
@@ -558,24 +685,64 @@ def out_dir(text: str) -> Path:
     return path
 
 
+def inches(text: str) -> float:
+    """argparse's type of --width: a width in inches that holds one panel (MIN_PANEL_WIDTH) and is
+    no more than a poster's (100)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not MIN_PANEL_WIDTH <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; allowed: inches from {MIN_PANEL_WIDTH:g} to 100")
+    return value
+
+
+def panels_per_row(text: str) -> int:
+    """argparse's type of --columns: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; allowed: an integer >= 1")
+    return value
+
+
+def add_size_arguments(p: argparse.ArgumentParser) -> None:
+    """--width and --columns: the size of every figure (``figure``)."""
+    p.add_argument("--width", type=inches, default=PAPER_WIDTH, metavar="INCHES",
+                   help="width of each figure, legends and caption included; the fonts keep their point sizes, "
+                        "so it prints at them at this width (6.5: a one-column paper's text width, 3.3: a column "
+                        "of a two-column one); panels that do not fit side by side wrap into rows")
+    p.add_argument("--columns", type=panels_per_row, default=None, metavar="N",
+                   help=f"panels per row (default: as many as fit, each at least {MIN_PANEL_WIDTH:g} in wide)")
+
+
 def parser(module: str, doc: str, files_help: str = "ordersim trace files (layout: docs/trace-format.md)",
-           files_type=run_trace) -> argparse.ArgumentParser:
-    """The arguments every figure script shares: FILE.h5 ..., --out DIR, --band, --dpi."""
+           files_type=run_trace, band_over: str = "seeds") -> argparse.ArgumentParser:
+    """The arguments every figure script shares: FILE.h5 ..., --out DIR, --band (its band over
+    ``band_over``), --dpi, --width, --columns."""
     p = base_parser(module, doc)
     p.add_argument("files", nargs="+", type=files_type, metavar="FILE.h5", help=files_help)
     p.add_argument("--out", type=out_dir, required=True, metavar="DIR",
                    help="directory for the figures (created if missing); each figure as NAME.png and NAME.pdf")
     p.add_argument("--band", choices=("minmax", "std"), default="minmax",
-                   help="shaded band over seeds: min-max, or mean +- one standard deviation")
+                   help=f"shaded band over {band_over}: min-max, or mean +- one standard deviation")
     p.add_argument("--dpi", type=dpi, default=DEFAULT_DPI, help="resolution of the PNG files (the PDFs are vector)")
+    add_size_arguments(p)
     return p
 
 
+def apply(args) -> None:
+    """Apply the parsed shared arguments: --dpi, --width, --columns."""
+    global DPI, WIDTH, COLUMNS
+    DPI, WIDTH, COLUMNS = args.dpi, args.width, args.columns
+
+
 def parse(p: argparse.ArgumentParser, argv):
-    """Parse the arguments and apply the shared ones (--dpi)."""
-    global DPI
+    """Parse the arguments and apply the shared ones (``apply``)."""
     args = p.parse_args(argv)
-    DPI = args.dpi
+    apply(args)
     return args
 
 

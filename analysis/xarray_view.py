@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ordersim.analysis import extras
 from ordersim.analysis.load import load_runs
 
 RUN_KEYS = ("orderer", "seed")
@@ -39,6 +40,7 @@ def _attribute(value):
 
 def to_xarray(files) -> "xarray.Dataset":  # noqa: F821
     """One xarray.Dataset of trace files (one path or a list): see the module's doc."""
+    extras.require("to_xarray", "xarray")
     import xarray as xr
 
     df = load_runs(files)

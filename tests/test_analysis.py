@@ -14,7 +14,7 @@ pytest.importorskip("matplotlib")
 pytest.importorskip("pandas")
 
 from ordersim.analysis.load import TraceWarning, always_written, load_orders, load_run_arrays, load_runs  # noqa: E402
-from ordersim.analysis import convergence, fit, herding, herding_sim, scaling, stragglers  # noqa: E402
+from ordersim.analysis import convergence, fit, herding, herding_sim, scaling, stragglers, style  # noqa: E402
 
 ORDERERS = ("rr", "cd-grab")
 SEEDS = (0, 1, 2)
@@ -25,7 +25,7 @@ EXPONENT = {"rr": -1.0, "cd-grab": -2.0}
 
 def write_trace(path, workers=4, n=8, epochs=5, orderers=ORDERERS, seeds=SEEDS, noise=0.05,
                 drop=(), interrupted=None, killed=False, record_orders=False, convex=True,
-                scale=1.0, floor=0.0, code=None, config=None, data="synthetic", batch=1, run_attrs=None):
+                scale=1.0, floor=0.0, code=None, config=None, data="synthetic", batch=1, lr=0.01, run_attrs=None):
     """A trace file as the simulator writes it: ``drop`` names datasets left out of every run,
     ``interrupted`` = (orderer, seed) of a run stopped after epoch 2 with status "interrupted",
     ``killed`` leaves out the root end_time; ``scale`` multiplies every run's suboptimality (a data
@@ -72,7 +72,7 @@ def write_trace(path, workers=4, n=8, epochs=5, orderers=ORDERERS, seeds=SEEDS, 
                     run["orders"] = np.stack([np.stack([rng.permutation(n) for _ in range(workers)])
                                               for _ in range(stop + 1)]).astype(np.int32)
                 run.attrs.update(orderer=orderer, seed=seed, workers=workers, examples_per_worker=n,
-                                 batch=batch, lr=0.01, f_star=0.3 if convex else np.nan, L=1.0, L_max=2.0,
+                                 batch=batch, lr=lr, f_star=0.3 if convex else np.nan, L=1.0, L_max=2.0,
                                  mu=0.1 if convex else np.nan, sigma2_star=0.5, zeta2_star=0.2,
                                  status="interrupted" if stop < epochs else "completed",
                                  epochs_completed=stop, **(run_attrs or {}))
@@ -513,6 +513,20 @@ def test_reproduce_checks_dpi_before_running(capsys):
     assert stop.value.code == 2 and "argument --dpi" in capsys.readouterr().err
 
 
+def test_scaling_says_its_band_is_over_the_data_draws(capsys):
+    """--help said "shaded band over seeds" while the band is over the data draws (each the mean over
+    its seeds), as the description and docs/analysis.md say."""
+    with pytest.raises(SystemExit):
+        scaling.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    start = text.rindex("--band {minmax,std}")  # its help, after the usage line
+    band = text[start:text.index("--dpi DPI", start)]
+    assert "shaded band over the data draws (each draw's mean over its seeds)" in band and "seeds:" not in band
+    assert "the band their min-max" in text
+    doc = " ".join((Path(__file__).parents[1] / "docs" / "analysis.md").read_text().split())
+    assert "the draws' min–max, or ±1 std over the draws with `--band std`" in doc
+
+
 def test_scripts_explain_every_option(capsys):
     for module in (convergence, herding, scaling, stragglers, herding_sim, fit):
         with pytest.raises(SystemExit):
@@ -521,6 +535,33 @@ def test_scripts_explain_every_option(capsys):
         assert "FILE.h5" in text and "--out" in text, module.__name__
         # each default said once (stragglers' --target said "(default 1e-3) (default: 0.001)")
         assert not re.search(r"\(default[^)]*\) \(default", " ".join(text.split())), module.__name__
+
+
+def test_each_value_of_another_swept_setting_is_a_fit_of_its_own(tmp_path, capsys):
+    """A sweep of lr {0.1, 0.3} x m {2, 4, 8}: fit fitted the lr = 0.1 cells only and dropped the
+    lr = 0.3 files without a word. Each lr is now a fit (a block of rows with its lr), the scaling
+    figure a panel each, and a file in no sweep (lr = 0.5 at one m) is named in a note."""
+    files = [str(write_trace(tmp_path / f"lr{lr}_m{m}.h5", workers=m, lr=lr, config={"lr": lr}, seeds=(0, 1),
+                             scale=lr / 0.1))
+             for lr in (0.1, 0.3) for m in (2, 4, 8)]
+    lone = str(write_trace(tmp_path / "lr0.5_m2.h5", workers=2, lr=0.5, config={"lr": 0.5}, seeds=(0, 1)))
+    df = quiet(load_runs, [*files, lone])
+    result, *_, notes = quiet(fit.table, df)
+    assert list(result.columns[:3]) == ["variable", "lr", "orderer"]
+    assert [(r.lr, r.orderer, r.cells) for r in result.itertuples()] == [
+        (0.1, "rr", 3), (0.1, "cd-grab", 3), (0.3, "rr", 3), (0.3, "cd-grab", 3)]
+    for r in result.itertuples():
+        assert r.ci_low <= EXPONENT[r.orderer] <= r.ci_high, r
+    assert f"left out 1 file(s) in no sweep over m or n (one value of each where their other settings are fixed): " \
+           f"{lone}" in notes
+    assert quiet(fit.main, [*files, lone]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].split()[:3] == ["variable", "lr", "orderer"]
+    assert [line.split()[:3] for line in out[3:7]] == [["m", "0.1", "rr"], ["m", "0.1", "cd-grab"],
+                                                      ["m", "0.3", "rr"], ["m", "0.3", "cd-grab"]]
+    fig, _ = scaling.draw(quiet(style.load, [*files, lone]))
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert [t.split(",")[:2] for t in titles] == [["n = 8", " lr=0.1"], ["n = 8", " lr=0.3"]]
 
 
 def test_sweep_over_m_on_a_fixed_dataset_is_used_with_a_note(tmp_path):

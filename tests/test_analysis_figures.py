@@ -260,9 +260,9 @@ def test_runs_are_the_file_seed_pairs_there_are(tmp_path):
 
 def test_scaling_legend_says_what_the_band_is_and_the_caption_clears_the_x_label(tmp_path):
     files = [write_trace(tmp_path / f"m{m}.h5", workers=m, seeds=(0, 1)) for m in (1, 2, 4, 8)]
-    fig, _ = scaling.draw(load(files))  # an m sweep only: one panel
-    (ax,) = [a for a in fig.axes if a.get_visible()]
-    assert "band: min–max over the draws" in ax.get_legend().get_title().get_text()
+    fig, _ = scaling.draw(load(files))  # an m sweep only: one panel, and its legend in a panel of its own
+    ax, key = fig.axes
+    assert "band: min–max over the draws" in key.get_legend().get_title().get_text()
     fig.canvas.draw()
     text = next(t for t in fig.texts if t.get_gid() == "caption")
     assert text.get_window_extent().y1 <= ax.xaxis.label.get_window_extent().y0
@@ -286,3 +286,73 @@ def test_caption_of_a_decaying_schedule_gives_its_largest_step_the_regime_number
     text = style.config_text(pd.DataFrame({"problem": ["logistic"], "lr": [1e-4], "largest_step": [9e-4],
                                      "L": [2.0], "alpha_Lmax_n": [0.5]}), runs=False)
     assert text == "logistic; largest step α = 0.0009 (α L = 0.0018, α L_max n = 0.5)", text
+
+
+def page_width(pdf) -> float:
+    """The width in inches of the (one) page of a PDF matplotlib wrote."""
+    import re
+
+    box = re.search(rb"/MediaBox \[\s*0 0 ([\d.]+) ([\d.]+)", pdf.read_bytes())
+    return float(box[1]) / 72
+
+
+def panel_grid(fig) -> tuple[int, int]:
+    """(rows, columns) of the figure's panels (its axes but the colour scale)."""
+    boxes = [ax.get_position() for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    return len({round(b.y0, 3) for b in boxes}), len({round(b.x0, 3) for b in boxes})
+
+
+def test_width_sets_the_saved_figure_width_and_panels_wrap(tmp_path, monkeypatch):
+    """convergence_epochs was 13.1 x 3.2 in (14.5 with a sweep's colour scale), stragglers 13.3 in:
+    at a paper's 6.5 in text width the 9 pt labels printed at 4.5 pt. --width sets the page width,
+    colour scale, legends and caption inside it, the fonts keep their points, panels wrap."""
+    monkeypatch.setattr(style, "WIDTH", style.WIDTH)  # main sets them; later tests get the defaults back
+    monkeypatch.setattr(style, "COLUMNS", style.COLUMNS)
+    files = [str(write_trace(tmp_path / f"m{m}.h5", workers=m, seeds=(0, 1))) for m in (2, 4)]
+    for width, columns, grid in ((3.5, None, (4, 1)), (6.5, None, (2, 2)), (10, 4, (1, 4))):
+        out = tmp_path / f"w{width}"
+        args = ["--width", str(width)] + (["--columns", str(columns)] if columns else [])
+        assert quiet(convergence.main, [*files, "--out", str(out), "--x", "epochs", "--dpi", "50", *args]) == 0
+        assert page_width(out / "convergence_epochs.pdf") == pytest.approx(width, abs=0.01)
+        fig = convergence.figures(load(files), x_axes=["epochs"])["convergence_epochs"]
+        assert fig.get_figwidth() == width and panel_grid(fig) == grid, width
+        style.fit_width(fig)
+        box = fig.get_tightbbox(fig.canvas.get_renderer())
+        assert 0 <= box.x0 and box.x1 <= width, (width, box)  # the colour scale of m = 2, 4 too
+        assert {t.get_fontsize() for ax in fig.axes[:4] for t in ax.get_yticklabels()} == {8.0}
+    # the default: a one-column paper's text width; herding_sim's five panels wrap at it
+    assert style.parser("x", "").parse_args([files[0], "--out", str(tmp_path)]).width == style.PAPER_WIDTH == 6.5
+    style.WIDTH, style.COLUMNS = 6.5, None
+    hs = load_herding_sim([herding_sim_file(tmp_path / "hs.h5", workers=(1, 2, 4, 8, 16))])
+    assert panel_grid(herding_sim.draw(hs)) == (2, 3)
+
+
+def test_width_narrower_than_a_panel_is_refused_in_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        convergence.main([str(write_trace(tmp_path / "t.h5")), "--out", str(tmp_path / "f"), "--width", "1"])
+    assert stop.value.code == 2
+    assert "argument --width: '1' is not allowed; allowed: inches from 2 to 100" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("log_axis", [style.plain_log_y, lambda ax: style.log_if_positive(ax, [3, 40])])
+@pytest.mark.parametrize("limits", [(3, 30), (3, 40), (2, 12), (6, 9)])
+def test_a_log_axis_of_less_than_two_decades_labels_enough_ticks_to_read(log_axis, limits):
+    """herding on short runs and herding_sim's panels had one labelled tick (10) from 3 to 30, the
+    convergence panels from 3 to 40: no value could be read off."""
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], limits)
+    log_axis(ax)
+    ax.set_ylim(*limits)
+    fig.canvas.draw()
+    shown = [t.get_text() for t in ax.yaxis.get_ticklabels(which="both")
+             if t.get_text() and limits[0] <= t.get_position()[1] <= limits[1]]
+    assert len(shown) >= 3, (limits, shown)
+    assert not [text for text in shown if "times" in text]  # plain numbers, not 3x10^0
+
+
+def test_the_caption_counts_one_run_in_the_singular():
+    """The caption said "1 runs (file, seed) per line"."""
+    runs = pd.DataFrame({"file": ["a.h5", "a.h5", "a.h5"], "seed": [0, 1, 0], "orderer": ["rr", "rr", "cd-grab"]})
+    assert style.config_text(runs[2:]) == "1 run (file, seed) per line"
+    assert style.config_text(runs[:2]) == "2 runs (file, seed) per line"
+    assert style.config_text(runs) == "1–2 runs (file, seed) per line"
