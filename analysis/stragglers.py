@@ -129,9 +129,12 @@ def draw(df, times, metric=None, orderers=None, band_kind="minmax"):
     times = times[times.orderer.isin(orderers)]
     coded = sorted(df.loc[df.coding != "wait-all", "coding_s"].unique().tolist()) or [0]
     rates = sorted(df.lr.unique().tolist())
-    # a row per step size, the step-time panel at the end of the first
-    fig, axes = style.figure([len(coded) + 1] + [len(coded)] * (len(rates) - 1), cols=len(coded) + 1)
-    time_ax = axes.pop(len(coded))
+    # a row per step size, the step-time panel at the end of the first when the width holds it
+    # beside them, else in a row of its own under them (not wrapped between two step sizes)
+    beside = style.fits_in_a_row(len(coded) + 1)
+    rows = [len(coded) + 1] + [len(coded)] * (len(rates) - 1) if beside else [len(coded)] * len(rates) + [1]
+    fig, axes = style.figure(rows, cols=len(coded) + 1 if beside else len(coded))
+    time_ax = axes.pop(len(coded) if beside else -1)
     y_label, _ = LABELS.get(metric, (metric, 1.0))
     for row, lr in enumerate(rates):
         first = axes[row * len(coded)]
@@ -157,7 +160,8 @@ def draw(df, times, metric=None, orderers=None, band_kind="minmax"):
                 title += f"\nlr {lr:g} (lr·L = {lr * float(panel.L.iloc[0]):.2g})"
             ax.set_title(title)
             ax.set_xlabel("simulated time (s)")
-            ax.set_ylabel(y_label)
+            if ax is first:  # the row shares its y axis: one label, not one crowding each neighbour
+                ax.set_ylabel(y_label)
             style.log_if_positive(ax, df.loc[df.lr == lr, metric])
     ax = time_ax
     summary = table(times)

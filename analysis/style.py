@@ -155,8 +155,7 @@ def figure(panels, cols: int | None = None, width: float = 3.3, height: float = 
     """
     plt.rcParams.update(RC)
     rows = [panels] if isinstance(panels, int) else list(panels)
-    most = COLUMNS or min(cols or 4, max(1, int(WIDTH // MIN_PANEL_WIDTH)))
-    most = min(most, max(rows))
+    most = min(row_capacity(cols), max(rows))
 
     def row_count(columns):
         return sum(-(-k // columns) for k in rows)
@@ -170,6 +169,17 @@ def figure(panels, cols: int | None = None, width: float = 3.3, height: float = 
         axes += [fig.add_subplot(grid[top + i // cols, i % cols]) for i in range(k)]
         top += -(-k // cols)
     return fig, axes
+
+
+def row_capacity(cols: int | None = None) -> int:
+    """The most panels ``figure`` puts in a row: --columns, else ``cols`` (default 4) but no more
+    than fit at MIN_PANEL_WIDTH."""
+    return COLUMNS or min(cols or 4, max(1, int(WIDTH // MIN_PANEL_WIDTH)))
+
+
+def fits_in_a_row(panels: int) -> bool:
+    """Whether ``figure`` puts ``panels`` panels side by side in one row (at WIDTH, --columns)."""
+    return panels <= row_capacity(panels)
 
 
 def figure_legend(fig, columns: int, **kw):

@@ -184,3 +184,27 @@ def test_step_time_panel_shows_every_scheme_and_labels_wait_all(traces):
     (wait_all,) = [line for line in ax.get_lines() if line.get_gid() == "wait-all"]
     assert any(t.get_text() == "wait-all" for t in ax.texts)
     plt.close(fig)
+
+
+@pytest.mark.parametrize("width, beside", [(6.5, False), (13.0, True)])
+def test_step_time_panel_is_beside_the_first_row_or_in_a_row_of_its_own_under_all(traces, monkeypatch,
+                                                                                 width, beside):
+    """At the default 6.5 in, 3 panels of s and the step-time panel do not fit in a row: the
+    step-time panel wrapped between the two step sizes' rows. Now it is under them, or beside the
+    first row when the width holds it."""
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setattr(stragglers.style, "WIDTH", width)
+    fig, _ = stragglers.draw(stragglers.style.load(traces), stragglers.step_times(traces))
+    rows = {}
+    for ax in fig.axes:
+        if ax.get_subplotspec() is not None:
+            rows.setdefault(ax.get_subplotspec().rowspan.start, []).append(ax)
+    (time_ax,) = [a for a in fig.axes if a.get_ylabel() == "simulated time per step (s)"]
+    last = max(rows)
+    if beside:
+        assert list(rows) == [0] and rows[0][-1] is time_ax and len(rows[0]) == 4
+    else:
+        assert rows[last] == [time_ax] and all(time_ax not in axes for row, axes in rows.items() if row != last)
+        assert [len(rows[row]) for row in sorted(rows)[:-1]] == [3]
+    plt.close(fig)
