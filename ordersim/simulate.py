@@ -934,7 +934,7 @@ def progress(config, backend, orderer, seed, record, run_index: int, runs: int):
     if "suboptimality" in record:
         parts.append(f"subopt {record['suboptimality']:.3e}")
     if "test_accuracy" in record:
-        parts.append(f"test acc {record['test_accuracy']:.3f}")
+        parts.append(f"test acc {100 * record['test_accuracy']:.1f}%")  # in % as the figures give it
     if "herding_inf" in record:
         parts.append(f"herding {record['herding_inf']:.3g}")
     per_epoch = elapsed / epoch if epoch else math.nan
@@ -950,11 +950,12 @@ SPREAD = "mean ± sample standard deviation over the runs (seeds) of each ordere
 
 def summary_table(results: dict) -> str:
     """The final records of every orderer's runs: the mean ± the sample standard deviation
-    (ddof 1; '-' for a single run) over its seeds, labelled as such above the table. A diverged
+    (ddof 1; '-' for a single run) over its seeds, labelled as such above the table; accuracy in %. A diverged
     run's values (inf, NaN, or finite but meaningless) are left out, and the row says how many
     diverged."""
     columns = [("train_loss", "final loss"), ("suboptimality", "f - f*"), ("herding_inf", "herding (inf)"),
-               ("test_accuracy", "test acc")]
+               ("test_accuracy", "test acc (%)")]
+    scale = {"test_accuracy": 100.0}  # in % as the progress lines and the figures give it
     present = [(k, label) for k, label in columns if any(k in r for rs in results.values() for r in rs)]
     header = f"{'orderer':<12} {'runs':>4}  " + "  ".join(f"{label:>22}" for _, label in present)
     lines = [f"{SPREAD}:", header, "-" * len(header)]
@@ -962,9 +963,10 @@ def summary_table(results: dict) -> str:
         kept = [r for r in records if r["status"] != "diverged"]
         cells = []
         for key, _ in present:
-            values = np.array([r[key] for r in kept if key in r])
-            spread = f"{values.std(ddof=1):<8.2g}" if len(values) > 1 else f"{'-':<8}"
-            cells.append(f"{values.mean():>11.4g} ± {spread}" if len(values) else f"{'-':>22}")
+            # scaled after the statistics: equal accuracies keep a spread of exactly 0
+            values, factor = np.array([r[key] for r in kept if key in r]), scale.get(key, 1.0)
+            spread = f"{factor * values.std(ddof=1):<8.2g}" if len(values) > 1 else f"{'-':<8}"
+            cells.append(f"{factor * values.mean():>11.4g} ± {spread}" if len(values) else f"{'-':>22}")
         diverged = len(records) - len(kept)
         status = ("" if not diverged else f"  (all {diverged} diverged)" if not kept
                   else f"  ({diverged} of {len(records)} diverged: the others' mean)")

@@ -156,6 +156,22 @@ def test_summary_table_labels_its_spread_as_the_sample_std_over_seeds():
     assert "1 ± -" in next(line for line in table.splitlines() if line.startswith("d-grab"))
 
 
+def test_accuracy_is_in_percent_in_the_progress_line_and_the_summary_as_in_the_figures():
+    """They printed the fraction (0.947) where every figure gives the test accuracy in %."""
+    from ordersim.backend import SerialBackend
+    from ordersim.simulate import progress, summary_table
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        progress(Config(epochs=3), SerialBackend(2), "rr", 0,
+                 dict(epoch=1, train_loss=0.5, test_accuracy=0.9474, wall_time=2.0), 0, 1)
+    assert "  test acc 94.7%  " in printed.getvalue(), printed.getvalue()
+    done = dict(status="completed", train_loss=0.1)
+    table = summary_table({"rr": [dict(done, test_accuracy=0.9474), dict(done, test_accuracy=0.9474)]}).splitlines()
+    assert table[1].split()[-3:] == ["test", "acc", "(%)"], table
+    assert table[3].endswith("94.74 ± 0       "), table
+
+
 def test_compile_notice_says_when_numba_compiles_and_how_long(capsys):
     numba = pytest.importorskip("numba")
     if numba.config.DISABLE_JIT:
