@@ -258,8 +258,9 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
 
 
 # fields that change no value in the trace (a resume may change them: e.g. checkpoint more often
-# on a queue that preempts more than the first job's did)
-RESULT_NEUTRAL = ("quiet", "exchange", "overwrite", "stall_timeout", "checkpoint_every")
+# on a queue that preempts more than the first job's did; `out` is the file being resumed, however
+# it is spelt now or wherever it was moved with its checkpoint)
+RESULT_NEUTRAL = ("quiet", "exchange", "overwrite", "stall_timeout", "checkpoint_every", "out")
 
 
 def config_differences(saved_json: str, config) -> list[str]:
