@@ -184,7 +184,8 @@ def fits_in_a_row(panels: int) -> bool:
 
 def figure_legend(fig, columns: int, **kw):
     """``fig.legend(**kw)`` in at most ``columns`` columns, fewer until it is no wider than the
-    figure; its title on several lines if one column is still too wide."""
+    figure, and as few as fill the same rows (6 entries in 3 + 3, not 5 + 1); its title on several
+    lines if one column is still too wide."""
     import textwrap
 
     room = (fig.get_figwidth() - 2 * PAD) * fig.dpi
@@ -192,6 +193,11 @@ def figure_legend(fig, columns: int, **kw):
     for k in range(columns, 0, -1):
         legend = fig.legend(ncols=k, **kw)
         if legend.get_window_extent(renderer).width <= room:
+            entries = len(legend.get_texts())
+            even = -(-entries // -(-entries // k))  # the fewest columns in as many rows
+            if even < k:
+                legend.remove()
+                legend = fig.legend(ncols=even, **kw)
             return legend
         if k > 1:
             legend.remove()  # its columns are laid out when it is made
@@ -596,7 +602,9 @@ def plain_log_y(ax):
 
 def counted_x(ax):
     """Integer ticks on an x axis of counted things (epochs, rounds): no 0.5 on a short run."""
-    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    # at most 7 ticks at 1, 2 or 5 times a power of ten: Matplotlib's own count crowds the two-digit
+    # epochs of a panel a third of a page wide
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=6, integer=True, steps=[1, 2, 5, 10]))
 
 
 def log2_axis(ax, ticks=None):

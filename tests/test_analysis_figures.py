@@ -356,3 +356,31 @@ def test_the_caption_counts_one_run_in_the_singular():
     assert style.config_text(runs[2:]) == "1 run (file, seed) per line"
     assert style.config_text(runs[:2]) == "2 runs (file, seed) per line"
     assert style.config_text(runs) == "1–2 runs (file, seed) per line"
+
+
+def test_a_legend_that_wraps_fills_its_rows_evenly():
+    """Six entries with room for five a row were laid out 5 + 1 (herding_sim: rr, then d-grab
+    alone under it); the same two rows hold them 3 + 3."""
+    fig = plt.figure(figsize=(6.5, 2))
+    lines = [fig.add_subplot().plot([0, 1], label=f"entry {i}")[0] for i in range(6)]
+    legend = style.figure_legend(fig, 5, handles=lines, loc="upper center")
+    fig.canvas.draw()
+    columns = {round(t.get_window_extent().x0) for t in legend.get_texts()}
+    assert len(columns) == 3, columns
+
+
+def test_epoch_ticks_of_a_third_of_a_page_do_not_touch():
+    """grab_mnist's three panels at 6.5 in: Matplotlib's own count put 30 epochs' labels every 4,
+    and "12", "16", "20" ran together."""
+    fig, axes = style.figure(3, width=3.4, height=2.6)
+    for ax in axes:
+        ax.plot(np.arange(31), np.arange(31))
+        style.counted_x(ax)
+        ax.set_ylabel("training loss\n/ RR's mean − 1")
+    fig.tight_layout()
+    style.fit_width(fig)
+    fig.canvas.draw()
+    for ax in axes:
+        boxes = sorted((t.get_window_extent() for t in ax.get_xticklabels() if t.get_text()), key=lambda b: b.x0)
+        gaps = [right.x0 - left.x1 for left, right in zip(boxes, boxes[1:])]
+        assert len(boxes) > 2 and min(gaps) > boxes[0].height / 2, gaps
