@@ -268,8 +268,12 @@ def grab_mnist(files, quick):
     verdict = Verdict("grab_mnist", None if quick else shown, f"final training loss: {numbers(final)}")
     rr_mean = df[df.orderer == "rr"].groupby("epoch").train_loss.mean()
     df["vs_rr"] = df.train_loss / df.epoch.map(rr_mean) - 1  # the orders differ by far less than the loss falls
-    panels = [("train_loss", "training loss", True), ("vs_rr", "training loss / RR's mean − 1", False),
-              ("test_accuracy", "test accuracy", False)]
+    from ordersim.analysis.convergence import LABELS
+
+    accuracy, percent = LABELS["test_accuracy"]
+    df["test_accuracy"] *= percent  # as every other figure and the summary table give it
+    panels = [("train_loss", "training loss", True), ("vs_rr", "training loss\n/ RR's mean − 1", False),
+              ("test_accuracy", accuracy, False)]
     return verdict, (df, panels)
 
 
@@ -403,7 +407,7 @@ def draw(name, verdict, data, out: Path, quick: bool):
         style.log_if_positive(ax, df[column])
     axes[0].set_xlabel("epoch")
     style.counted_x(axes[0])
-    axes[1].set_xlabel(f"{clock_label}, no compilation (a line per seed)")
+    axes[1].set_xlabel(f"{clock_label}\nno compilation; a line per seed")  # one line: wider than the panel
     axes[0].set_ylabel(label)
     style.legend(axes[0], "minmax" if df.seed.nunique() > 1 else None, figure_level=True)
     fig.tight_layout()
