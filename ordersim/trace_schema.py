@@ -202,7 +202,8 @@ RUN_ATTRIBUTES = (
     Attribute("compile_time", "float", "seconds of the warm-up that compiled this orderer's kernels before "
               "the run's clock started (a throwaway run of one epoch at step size 0 on the first 16, or 2b, "
               "examples of every worker's shard, and one measurement; done for the first run of each "
-              "orderer in a job, 0 for the others; under MPI on a cold cache the node's first rank "
+              "orderer in a job (or in a `--resume`d job's process: a resumed trace may have it on a later "
+              "seed), 0 for the others; under MPI on a cold cache the node's first rank "
               "compiled the kernels before, in the root's `setup_time`, and this is their loading)"),
     Attribute("f_star, L, L_max, mu, sigma2_star, zeta2_star", "float",
               "the problem's constants (NaN where undefined, e.g. f* of a nonconvex problem)"),
