@@ -68,8 +68,10 @@ def regime(alpha: float, constants: dict, m: int, n: int, T: int, batch: int = 1
         out.update(kappa=L_max / mu, T_over_kappa=T * mu / L_max)
         inside = inside and out["T_over_kappa"] >= 1.0
     outside_setting = []
-    if batch != 1 or momentum != 0:
-        outside_setting.append(f"b = {batch}, momentum {momentum:g}: the analyses take b = 1 without momentum")
+    if batch != 1:
+        outside_setting.append(f"b = {batch}: the analyses take b = 1")
+    if momentum != 0:
+        outside_setting.append(f"momentum {momentum:g}: the analyses take none")
     if schedule not in CONSTANT_SCHEDULES:
         outside_setting.append(f"schedule {schedule}: the analyses take a constant step (the numbers are "
                                "at its largest)")

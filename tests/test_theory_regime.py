@@ -40,9 +40,11 @@ def test_regime_quantities():
 @pytest.mark.parametrize("batch, momentum", [(4, 0.0), (1, 0.9)])
 def test_minibatches_and_momentum_are_outside_the_analyses_setting(batch, momentum):
     """The PL analyses take one example per step and plain SGD steps: small numbers do not make
-    such a run inside their regime, and the warning says why."""
+    such a run inside their regime, and the warning says why: only the reason that applies (a run
+    with b = 2 and no momentum was told "b = 2, momentum 0: ... without momentum")."""
     info = regime.regime(0.001, {"L": 2.0, "L_max": 10.0, "mu": 0.5}, 4, 16, 40, batch, momentum)
-    assert not info["in_regime"] and f"b = {batch}, momentum {momentum:g}" in info["outside_setting"]
+    reason = f"b = {batch}: the analyses take b = 1" if batch != 1 else f"momentum {momentum:g}: the analyses take none"
+    assert not info["in_regime"] and info["outside_setting"] == reason
     assert info["outside_setting"] in regime.regime_warning({"rr": info})
 
 
@@ -127,7 +129,7 @@ def test_a_capped_theory_step_outside_the_regime_does_not_advise_raising_lr():
     # a run kept out by its setting alone (momentum) is told that, not a horizon it already has
     small = dict(regime.regime(1e-4, constants, m, n, 400, momentum=0.9), step_size=1e-4, theory_step=2e-4)
     line = regime.capped_warning({"rr": small})
-    assert "T >= " not in line and line.endswith("the analyses take b = 1 without momentum"), line
+    assert "T >= " not in line and line.endswith("momentum 0.9: the analyses take none"), line
 
 
 def test_a_constant_step_outside_the_regime_warns_as_the_theory_schedule_does(tmp_path):
