@@ -308,6 +308,7 @@ def load_runs(paths) -> "pandas.DataFrame":  # noqa: F821
     # them here (to_xarray reads the per-epoch datasets as the columns after 'epoch')
     first = ["file", *FILE_COLUMNS, "code_state", "data_seed", *settings]
     run_level = [*dict.fromkeys(c for c in [*first, *df.columns] if c in df and c not in per_epoch)]
+    run_level.append(run_level.pop(run_level.index("interrupted")))  # after every run attribute
     df = df[[*run_level, *per_epoch]]
     _note_code_states(states, notes)
     df.attrs["code_states"] = states

@@ -147,6 +147,16 @@ def test_load_runs_is_tidy(sweep):
         np.testing.assert_array_equal(one.train_loss, f["runs/rr/seed_2/train_loss"][()])
 
 
+def test_interrupted_follows_every_run_attribute_whichever_file_has_them(tmp_path):
+    """docs/analysis.md's column order: a plain trace first, then a straggler run's, put
+    `interrupted` before the attributes only the later file has."""
+    plain = write_trace(tmp_path / "plain.h5")
+    straggling = write_trace(tmp_path / "straggling.h5", run_attrs={"coding": "gc-fr", "coding_s": 1})
+    columns = list(load_runs([plain, straggling]).columns)
+    assert columns.index("interrupted") == columns.index("epoch") - 1, columns
+    assert columns.index("coding_s") < columns.index("interrupted"), columns
+
+
 def test_load_run_arrays_and_orders(tmp_path):
     path = write_trace(tmp_path / "orders.h5", workers=2, n=4, epochs=3, record_orders=True)
     arrays = load_run_arrays(path)
