@@ -175,8 +175,9 @@ ROOT_ATTRIBUTES = (
               "attributes above, `command_line`, `working_directory` and `plugin_files` included); absent when the trace was never resumed. The "
               "root's own code state is that of the job that created the trace"),
     Attribute("problem, data", "str", "problem name and data spec"),
-    Attribute("data_info", "str (JSON)", "the data set as opened: its spec, source, standardization, "
-              "intercept, sizes and what its source adds (label map, feature names, …)"),
+    Attribute("data_info", "str (JSON)", "the data set as opened: `source` (the data spec), `kind`, "
+              "standardization, intercept, the test split, sizes and what its source adds (label map, "
+              "feature names, …)"),
     Attribute("setup_time", "float", "seconds from the job's start (after its imports) to the trace's creation: "
               "the data, the compiling on a cold cache (under MPI the node's first rank compiles every kernel "
               "then) and the problem's constants; a resumed trace keeps the first job's"),
