@@ -866,9 +866,10 @@ def open_trace(config, backend, setup, out, plan, resume, cell, started):
         remove_temporaries(ckpt)
         position = resume["position"]
         current = plan[position] if resume["in_run"] else None
+        code = provenance.code_state()
+        code["plugin_files"] = json.loads(code["plugin_files"])  # inside the JSON list: an object, not its text
         resumed = dict(time=utc_now(), ranks=backend.size,
-                       backend=config.backend, exchange=backend.exchange, hosts=hosts,
-                       **provenance.code_state())
+                       backend=config.backend, exchange=backend.exchange, hosts=hosts, **code)
         return TraceWriter.reopen(out, plan[:position], current, resume["lengths"] if current else {},
                                   resumed, locking=config.hdf5_locking), run_id
     discard(ckpt)

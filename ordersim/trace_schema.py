@@ -172,7 +172,7 @@ ROOT_ATTRIBUTES = (
               "or stopped with a checkpoint (SIGUSR1, SIGTERM: exit 3) until `--resume` finishes it"),
     Attribute("resumes", "str (JSON list)", "one object per `--resume` that continued this trace, in order: "
               "its `time`, `ranks`, `backend`, `exchange` and `hosts`, and its code state (the code-state "
-              "attributes above, `command_line`, `working_directory` and `plugin_files` included); absent when the trace was never resumed. The "
+              "attributes above, `command_line`, `working_directory` and `plugin_files` included, `hosts` a list and `plugin_files` an object in it); absent when the trace was never resumed. The "
               "root's own code state is that of the job that created the trace"),
     Attribute("problem, data", "str", "problem name and data spec"),
     Attribute("data_info", "str (JSON)", "the data set as opened: `source` (the data spec), `kind`, "

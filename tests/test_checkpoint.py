@@ -76,6 +76,8 @@ def test_resumed_run_is_bitwise_identical_to_uninterrupted(uninterrupted, tmp_pa
         resumes = json.loads(f.attrs["resumes"])
     assert len(resumes) == len(stops) and all("--resume" in r["command_line"] and "git_commit" in r
                                               for r in resumes), resumes
+    # JSON values, not JSON text inside JSON (plugin_files was a string to decode again)
+    assert all(isinstance(r["plugin_files"], dict) and isinstance(r["hosts"], list) for r in resumes), resumes
 
 
 def test_a_second_ctrl_c_stops_at_once_in_one_line(capsys):
