@@ -110,7 +110,8 @@ def figures(df, norm="inf", band_kind="minmax") -> dict:
     """{figure name: Figure}: herding_epochs, and herding_vs_n when the files sweep n."""
     column = f"herding_{norm}"
     if column not in df or df[column].notna().sum() == 0:
-        raise SystemExit(f"herding: no dataset {column} in the files")
+        raise SystemExit(f"herding: no run in the files measured {column} (runs made with --no-herding, "
+                         f"herding = false, have none; herding-sim files: ordersim.analysis.herding_sim)")
     df = df[df[column].notna()]
     out = {"herding_epochs": draw_epochs(df, column, norm, band_kind)}
     vs_n = draw_vs_n(df, column, norm, band_kind)

@@ -63,7 +63,8 @@ def step_times(files) -> "pandas.DataFrame":  # noqa: F821
                              coding_s=int(attrs["coding_s"]), step_time=float(t.mean()) if len(t) else np.nan,
                              steps=len(t)))
     if not rows:
-        raise SystemExit("stragglers: no run with a straggler model (stragglers/step_time) in the files")
+        raise SystemExit("stragglers: no run in the files has a straggler model (stragglers/step_time); "
+                         "runs get one from --stragglers MODEL, as runs/stragglers.toml's do")
     return pd.DataFrame(rows)
 
 

@@ -68,16 +68,21 @@ def package_classes(package: str, path, base: type) -> list[type]:
 PLUGIN_FILES: dict[str, str] = {}
 
 
+def article(kind: str) -> str:
+    """"a problem", "an orderer": the kinds of plug-in a file may define."""
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
 def load_file(path: str, kind: str, base: type) -> type:
     """The one subclass of ``base`` (with a name) that the Python file ``path`` defines."""
     file = Path(path)
     if not file.is_file():
         from ordersim.output import missing_file
 
-        raise ValueError(f"{kind} file {path!r} {missing_file(path)} (a {kind} is a registered name or "
+        raise ValueError(f"{kind} file {path!r} {missing_file(path)} ({article(kind)} is a registered name or "
                          f"a path to a .py file)")
     if file.suffix != ".py":  # importlib finds no loader for it
-        raise ValueError(f"{kind} file {path!r} is not a .py file (a {kind} is a registered name or a "
+        raise ValueError(f"{kind} file {path!r} is not a .py file ({article(kind)} is a registered name or a "
                          f"path to a .py file)")
     # The same module name in every process (Numba's cache and pickle refer to the module by it):
     # a digest of the absolute path, not hash(), which Python salts per process.

@@ -127,7 +127,8 @@ def test_listing_with_a_broken_installed_plug_in_is_one_line_exit_2(tmp_path):
                             "bursty, trace"),
     (["--coding", "gc-xx"], "config field 'coding': 'gc-xx' is not allowed; allowed: wait-all, "),
     (["--orderers", "rr", "no/such/orderer.py"],
-     "config field 'orderers': orderer file 'no/such/orderer.py' does not exist"),
+     "config field 'orderers': orderer file 'no/such/orderer.py' does not exist (an orderer is a registered "
+     "name or a path to a .py file)"),
     (["--data", "no/such/source.py:12"], "config field 'data': data source file 'no/such/source.py' does not exist"),
 ])
 def test_plug_in_fields_are_one_line_config_errors(args, message, tmp_path, capsys):
