@@ -454,3 +454,20 @@ def test_an_installed_package_adds_an_orderer_a_straggler_model_and_a_measuremen
     assert {"x_norm", "worker_grad_max"} <= set(per_epoch_names())
     assert trace_schema.switched_on({"measurements": ["model-norms"]}) == {"x_norm", "worker_grad_max"}
     np.testing.assert_array_equal(load_runs(out)["x_norm"], x_norm)
+
+
+def test_a_wrong_order_found_in_the_warm_up_says_whose_n_it_names(tmp_path, capsys):
+    """The warm-up trains on 16 examples of each worker's 40: "must have shape (4, 16)" read as
+    a wrong n until the error said where it came from."""
+    from ordersim.runner import main
+
+    short = tmp_path / "short.py"
+    short.write_text("from ordersim.orderers.base import Orderer\n\n\n"
+                     "class Short(Orderer):\n    name = 'short-order'\n    description = 'a deliberate bug'\n\n"
+                     "    def _next_order(self):\n        return self.order[:, :-1].copy()\n")
+    with pytest.raises(SystemExit) as ended:
+        main(["--orderers", str(short), "--data", "synthetic:regression?n=200&d=4", "--problem", "least-squares",
+              "--workers", "4", "--epochs", "2", "--quiet", "--out", str(tmp_path / "x.h5")])
+    err = capsys.readouterr().err
+    assert ended.value.code == 1 and "must have shape (4, 16) (workers, examples), got shape (4, 15)" in err, err
+    assert "(in the warm-up: an epoch on the first 16 of every worker's 40 examples, so n = 16 there)" in err, err
