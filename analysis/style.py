@@ -26,8 +26,10 @@ orderer's marker, and breaks the line where measurements are missing (docs/analy
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -186,7 +188,6 @@ def figure_legend(fig, columns: int, **kw):
     """``fig.legend(**kw)`` in at most ``columns`` columns, fewer until it is no wider than the
     figure, and as few as fill the same rows (6 entries in 3 + 3, not 5 + 1); its title on several
     lines if one column is still too wide."""
-    import textwrap
 
     room = (fig.get_figwidth() - 2 * PAD) * fig.dpi
     renderer = fig.canvas.get_renderer()
@@ -360,6 +361,9 @@ def value_label(column: str, value) -> str:
     return f"{name}={config_value_text(value)}" if name else config_value_text(value)
 
 
+COLOR_SCALE_CHARACTERS = 32  # a line of the colour scale's labels: about a quarter of a 6.5 in page
+
+
 class Variants:
     """The configurations that tell runs apart besides the orderer (``varying_columns``: the
     CONFIG columns and settings that vary, except ``exclude`` and what varies only with it): each
@@ -411,12 +415,15 @@ class Variants:
         inch = 1 / fig.get_figwidth()  # a gap of 0.12 in and a bar 0.1 in wide at any figure width
         cax = fig.add_axes([right + 0.12 * inch, bottom, 0.1 * inch, top - bottom], label="<colorbar>")
         bar = fig.colorbar(sm, cax=cax, ticks=np.arange(k))
+        # a straggler run's configuration beside a plain run's is ~90 characters: on one line it
+        # took most of the page from the panels
+        wrap = functools.partial(textwrap.fill, width=COLOR_SCALE_CHARACTERS, break_long_words=False)
         if len(self.columns) == 1:
-            bar.set_ticklabels([config_value_text(c[0]) for c in self.configs])
+            bar.set_ticklabels([wrap(config_value_text(c[0])) for c in self.configs])
             bar.set_label(f"{CONFIG_NAMES.get(self.columns[0], self.columns[0])} (shade of each orderer's colour)",
                           fontsize=7)
         else:
-            bar.set_ticklabels([self.text(c) for c in self.configs])
+            bar.set_ticklabels([wrap(self.text(c)) for c in self.configs])
             bar.set_label("configuration (shade of each orderer's colour)", fontsize=7)
         bar.ax.tick_params(labelsize=6)
         return bar
@@ -501,8 +508,6 @@ def caption(fig, df, exclude=(), extra: str = ""):
     """``config_text`` (none for ``df`` None) and ``extra`` as a caption line under the figure's axes:
     at the figure's bottom edge, or lower when an axes' tick labels or x label reach below it (a
     figure laid out without tight_layout)."""
-    import textwrap
-
     text = "; ".join(t for t in (config_text(df, exclude) if df is not None else "", extra) if t)
     text = textwrap.fill(text, width=int((fig.get_figwidth() - 2 * PAD) * 17))  # ~17 characters an inch at 7 pt
     renderer = fig.canvas.get_renderer()

@@ -384,3 +384,17 @@ def test_epoch_ticks_of_a_third_of_a_page_do_not_touch():
         boxes = sorted((t.get_window_extent() for t in ax.get_xticklabels() if t.get_text()), key=lambda b: b.x0)
         gaps = [right.x0 - left.x1 for left, right in zip(boxes, boxes[1:])]
         assert len(boxes) > 2 and min(gaps) > boxes[0].height / 2, gaps
+
+
+def test_long_configurations_on_the_colour_scale_leave_the_panels_their_width(tmp_path):
+    """A straggler run's configuration beside a plain run's labelled the colour scale in one line
+    of ~90 characters: fit_width squeezed the four panels to slivers."""
+    plain = write_trace(tmp_path / "plain.h5", workers=8, lr=0.3)
+    coded = write_trace(tmp_path / "coded.h5", workers=4, lr=0.03, config={
+        "stragglers": "shifted-exp", "straggler_options": {"a": 0.2, "mu": 1.0}, "coding": "pgc-cr", "coding_s": 1})
+    fig = convergence.figures(load([plain, coded]), x_axes=["epochs"])["convergence_epochs"]
+    style.fit_width(fig)
+    labels = [t.get_text() for ax in fig.axes if ax.get_label() == "<colorbar>" for t in ax.get_yticklabels()]
+    assert any("straggler_options" in text for text in labels), labels
+    widths = [ax.get_position().width * fig.get_figwidth() for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    assert len(widths) == 4 and min(widths) > 1.5, widths
