@@ -9,6 +9,8 @@ COMMANDS = {
     "run": ("ordersim.runner", "main", "train with each orderer and seed, trace to HDF5 (the default)"),
     "sweep": ("ordersim.sweep", "main", "list a config's [sweep] cells; write a Slurm job-array script"),
     "merge": ("ordersim.sweep", "merge_main", "join trace files (a sweep's cells) into one tidy table"),
+    "compare": ("ordersim.compare", "main",
+                "tell whether two traces hold the same results bit for bit (timings and job attributes aside)"),
     "herding-sim": ("ordersim.herding_sim", "main",
                     "the CD-GraB paper's random-vector parallel-herding experiment"),
     "warm": ("ordersim.warm", "main",
