@@ -124,15 +124,18 @@ def kernel_probe_error(problem, A, y) -> str | None:
         values = {"x": x.copy(), "A": A, "y": y, "idx": np.arange(rows, dtype=np.int64),
                   "params": problem.params.copy(), "slopes": np.zeros(rows),
                   "out": np.zeros((rows, problem.dim) if name.startswith("batch_grads") else problem.dim)}
+        names = arguments.split(", ")
         try:
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # overflow on made-up rows: the probe's, not the run's
-                python_function(kernel, copies)(*(values[a] for a in arguments.split(", ")))
+                python_function(kernel, copies)(*(values[a] for a in names))
         except IndexError as err:
+            # NumPy's message names the axis and its size, not the array: the shapes tell which
+            shapes = ", ".join(f"{a} {values[a].shape}" for a in names)
             return (f"{problem.name}'s kernel {name} raised IndexError, run once as plain Python on "
                     f"{rows} rows ({err}): compiled, it reads past an array's end and goes on with wrong "
-                    f"numbers; params holds the {problem.params.size} value(s) of kernel_params(): a kernel "
-                    f"that reads more needs kernel_params() to return them")
+                    f"numbers; the arrays it got: {shapes}; params holds the {problem.params.size} value(s) "
+                    f"of kernel_params(): a kernel that reads more needs kernel_params() to return them")
         except Exception:  # not the probe's to report (docstring)
             pass
     return None

@@ -462,7 +462,8 @@ def test_the_probe_runs_the_helpers_a_kernel_calls_as_python_and_compiles_nothin
     problem = make_problem(str(plug_in), P)
     error = kernel_probe_error(problem, *probe_rows(problem))
     assert re.fullmatch(r"weighted-least-squares's kernel batch_grads raised IndexError, run once as plain "
-                        r"Python on 2 rows \(index 1 is out of bounds for axis 0 with size 1\): .*; params "
+                        r"Python on 2 rows \(index 1 is out of bounds for axis 0 with size 1\): .*; the arrays "
+                        r"it got: x \(5,\), A \(2, 5\), y \(2,\), idx \(2,\), params \(1,\), out \(2, 5\); params "
                         r"holds the 1 value\(s\) of kernel_params\(\): .*", error), error
     module = sys.modules[type(problem).__module__]
     compiled = [name for name in ("weight", "batch_grads", "full_grad", "full_loss", "accuracy")
