@@ -407,11 +407,11 @@ def load_herding_sim(paths) -> "pandas.DataFrame":  # noqa: F821
     for path in paths:
         with h5py.File(path, "r") as f:
             root = _attrs(f)
-            states.setdefault(code_label(root), []).append(str(path))
             if root.get("experiment") != "herding-sim":
                 notes.add(f"file {path} is not a herding-sim file (root attribute experiment = "
                           f"{root.get('experiment')!r}); skipped")
                 continue
+            states.setdefault(code_label(root), []).append(str(path))  # of the files drawn
             config = json.loads(root.get("config", "{}"))
             if "end_time" not in root:
                 notes.add(f"file {path} has no end_time: herding-sim was interrupted; loaded its finished cells")

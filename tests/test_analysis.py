@@ -619,3 +619,6 @@ def test_herding_sim_loader_columns_in_the_documented_order(tmp_path):
     with pytest.warns(TraceWarning, match="not a herding-sim file"):
         empty = load_herding_sim(run_trace)
     assert empty.empty and list(empty.columns) == documented
+    with pytest.warns(TraceWarning, match="not a herding-sim file"):  # "code: ... (2 files)" counted it
+        drawn = load_herding_sim([tmp_path / "hs.h5", run_trace])
+    assert [len(files) for files in drawn.attrs["code_states"].values()] == [1]
