@@ -863,8 +863,10 @@ def test_the_simulator_stops_on_a_plug_in_order_with_its_message(tmp_path):
         result = run_serial(["--orderers", str(module), "--epochs", "2", "--seeds", "0", "--quiet",
                              "--out", str(tmp_path / f"{name}.h5")])
         assert result.returncode == 1, result.stderr
+        *_, error, where = result.stderr.strip().splitlines()  # where: the warm-up's slice of n
         assert re.fullmatch(rf"ValueError: {name}: the order _next_order\(\) built after epoch 1 must .*",
-                            result.stderr.strip().splitlines()[-1]), result.stderr
+                            error), result.stderr
+        assert where.startswith("(in the warm-up: an epoch on the first 16 of every worker's 56"), where
 
 
 # -- equivalences ----------------------------------------------------------------------------------------
