@@ -680,9 +680,9 @@ def warm_up(setup: Setup, orderer_name: str, seed: int) -> float:
     scratch = Run(sliced, orderer_name, seed)
     try:
         scratch.train_epoch(1, 0.0)
-    except ValueError as error:  # an orderer's own check names the slice's n, not the run's
+    except ValueError as failure:  # an orderer's own check names the slice's n, not the run's
         if sliced.n != setup.n:
-            error.add_note(f"(in the warm-up: an epoch on the first {sliced.n} of every worker's "
+            failure.add_note(f"(in the warm-up: an epoch on the first {sliced.n} of every worker's "
                            f"{setup.n} examples, so n = {sliced.n} there)")
         raise
     scratch.defer_measurement_errors = True
