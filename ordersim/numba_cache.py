@@ -10,7 +10,8 @@ their own) the cache stamp here is the function's own file stamp together with a
 that tree's cached kernels once.
 
 Importing this module registers both trees; every module that defines cached kernels imports it
-before them (the locator is chosen when a function is decorated). ``import ordersim`` itself does
+before them (the locator is chosen when a function is decorated), and with it SciPy's BLAS for
+Numba's kernels (``ordersim.numba_blas``, before any kernel loads). ``import ordersim`` itself does
 not: ``python -m ordersim`` sets thread counts and the cache directory before NumPy and Numba load.
 
 Numba runs the machine code it finds in its cache, so whoever can write the cache directory can
@@ -31,6 +32,10 @@ from pathlib import Path
 from types import FunctionType
 
 from numba.core import caching
+
+from ordersim.numba_blas import load_cython_blas
+
+load_cython_blas()  # before the first kernel loads: Numba's BLAS check would import scipy.linalg
 
 _TREES: list[Path] = []
 
