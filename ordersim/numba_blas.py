@@ -22,20 +22,20 @@ import sys
 NAME = "scipy.linalg.cython_blas"
 
 
-def load_cython_blas() -> bool:
-    """Load scipy.linalg.cython_blas alone into sys.modules; True when this call loaded it."""
+def load_cython_blas() -> None:
+    """Load scipy.linalg.cython_blas alone into sys.modules, unless it or its package is there."""
     if NAME in sys.modules or "scipy.linalg" in sys.modules:
-        return False
+        return
     scipy = importlib.util.find_spec("scipy")  # finds the package without importing it
     if scipy is None or not scipy.submodule_search_locations:
-        return False
+        return
     folder = os.path.join(scipy.submodule_search_locations[0], "linalg")
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         path = os.path.join(folder, "cython_blas" + suffix)
         if os.path.isfile(path):
             break
     else:
-        return False
+        return
     spec = importlib.util.spec_from_file_location(NAME, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[NAME] = module
@@ -43,5 +43,3 @@ def load_cython_blas() -> bool:
         spec.loader.exec_module(module)
     except Exception:  # e.g. a SciPy whose extension needs its package: Numba imports it itself
         del sys.modules[NAME]
-        return False
-    return True

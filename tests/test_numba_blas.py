@@ -31,26 +31,23 @@ KERNELS = textwrap.dedent("""
 """)
 
 
-def run_kernels(tmp_path, name, env):
-    out = tmp_path / f"{name}.npy"
-    done = subprocess.run([sys.executable, "-c", KERNELS, str(out)], cwd=ROOT, env=env,
+def run_kernels(script, out, env):
+    """The kernels' script in a fresh process: its printed lines and the products it saved."""
+    import numpy as np
+
+    done = subprocess.run([sys.executable, "-c", script, str(out)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    return done.stdout.split("\n"), out
+    return done.stdout.split("\n"), np.load(out)
 
 
 def test_kernels_calling_blas_load_without_scipy_linalg_and_compute_the_same(tmp_path):
-    import numpy as np
-
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
-    lines, ours = run_kernels(tmp_path, "ours", env)
+    lines, ours = run_kernels(KERNELS, tmp_path / "ours.npy", env)
     assert lines[0] == "False", "scipy.linalg was imported before the kernel ran"
     assert lines[1] == "[1.0, 1.0]"  # scipy.linalg imported after the preload works
-    # The same kernel with scipy.linalg imported the usual way, first: the same BLAS, the same bits.
+    # The same kernels with scipy.linalg imported the usual way, first: the same BLAS, the same bits.
     usual = KERNELS.replace("import sys\n", "import sys\nimport scipy.linalg\n", 1)
-    out = tmp_path / "usual.npy"
-    done = subprocess.run([sys.executable, "-c", usual, str(out)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[0] == "True"
-    assert np.load(ours).tobytes() == np.load(out).tobytes()
+    lines, theirs = run_kernels(usual, tmp_path / "usual.npy", env)
+    assert lines[0] == "True"
+    assert ours.tobytes() == theirs.tobytes()
