@@ -11,6 +11,6 @@ if "SLURM_JOB_ID" in os.environ:
     os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(
         os.environ.get("TMPDIR", "/tmp"), f"ordersim-numba-{os.environ['SLURM_JOB_ID']}"))
 
-from ordersim.cli import main  # noqa: E402  (after the settings above, before numpy and numba load)
+from ordersim.cli import script  # noqa: E402  (after the settings above, before numpy and numba load)
 
-raise SystemExit(main())
+script()

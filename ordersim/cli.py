@@ -57,6 +57,26 @@ def commands_help() -> str:
     return "\n".join(lines)
 
 
+def with_command(argv: list[str]) -> list[str]:
+    """The arguments with their command first: `run` when none is given (options, or a config)."""
+    if not argv or argv[0].startswith("-") or argv[0].endswith(".toml"):
+        return ["run", *argv]
+    return argv
+
+
+def script() -> None:
+    """`python -m ordersim` and the `ordersim` console script: main() on the command line, then
+    the exit; after `run`, without the interpreter's teardown (ordersim/quick_exit.py). main()
+    itself returns, for callers in the same process."""
+    argv = sys.argv[1:]
+    status = main(argv)
+    if argv[:1] != ["--version"] and with_command(argv)[0] == "run":
+        from ordersim.quick_exit import exit_without_teardown
+
+        exit_without_teardown(status)
+    raise SystemExit(status)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--version"]:
@@ -65,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, version in versions():
             print(f"{name:<12} {version}")
         return 0
-    if not argv or argv[0].startswith("-") or argv[0].endswith(".toml"):
-        argv = ["run", *argv]
+    argv = with_command(argv)
     if argv[0] not in COMMANDS:
         print(f"ordersim: error: unknown command {argv[0]!r}; commands: {', '.join(COMMANDS)}",
               file=sys.stderr)
