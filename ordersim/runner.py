@@ -1,6 +1,7 @@
 """`python -m ordersim [run CONFIG.toml] [--field value ...]`: train and trace (see --help)."""
 
 import argparse
+import gc
 import json
 import os
 import shlex
@@ -158,6 +159,10 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
                                    default_out_path, plan_data, prepare, run_experiment,
                                    stop_at_phase_boundary, summary_table)
 
+    # What the imports made lives to the exit: frozen, the collections that Numba's first kernel
+    # load triggers (its registries: 10^5 objects) no longer walk it, ~50 ms a process
+    # (docs/performance.md, "Start-up: the exit")
+    gc.freeze()
     started = time.perf_counter()  # the last line's time: the whole job, compiling included
     stop = stop_request()  # installed by `python -m ordersim run` before its imports
     backend = SerialBackend(1)
