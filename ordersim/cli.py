@@ -64,13 +64,20 @@ def with_command(argv: list[str]) -> list[str]:
     return argv
 
 
+# Set by script() for `run`: the process is the command's own and ends with it, so the run may
+# freeze what its imports made (runner.run_locked) and leave without the interpreter's teardown.
+OWN_PROCESS = False
+
+
 def script() -> None:
     """`python -m ordersim` and the `ordersim` console script: main() on the command line, then
     the exit; after `run`, without the interpreter's teardown (ordersim/quick_exit.py). main()
-    itself returns, for callers in the same process."""
+    itself returns, and freezes nothing, for callers in the same process."""
+    global OWN_PROCESS
     argv = sys.argv[1:]
+    OWN_PROCESS = argv[:1] != ["--version"] and with_command(argv)[0] == "run"
     status = main(argv)
-    if argv[:1] != ["--version"] and with_command(argv)[0] == "run":
+    if OWN_PROCESS:
         from ordersim.quick_exit import exit_without_teardown
 
         exit_without_teardown(status)

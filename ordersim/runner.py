@@ -13,6 +13,7 @@ from ordersim.backend import (INSTALL_MPI, MPIBackend, MPIUnavailable, SerialBac
                               abort_on_exception, world)
 from ordersim.checkpoint import CheckpointError, checkpoint_path
 from ordersim.checkpoint import load as load_checkpoint
+from ordersim import cli
 from ordersim.cli import commands_help, counted
 from ordersim.config import (SIGNAL_GRACE_SECONDS, ConfigError, OneLineParser, add_arguments,
                              build_config, check_fields, overrides_from_args)
@@ -146,10 +147,26 @@ def run_config(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
     """One run (or sweep cell); rank 0 holds the output file's lock from before any write to it
     until the end (ordersim/output.py)."""
     lock = OutputLock()
+    frozen = freeze_imports()
     try:
         return run_locked(values, resume, comm, size, rank, cell, lock)
     finally:
         lock.release()
+        if frozen:  # whichever way the process now ends, its teardown finalizes every object
+            gc.unfreeze()
+
+
+def freeze_imports() -> bool:
+    """In a process of the run's own (cli.OWN_PROCESS), set what the imports made aside from the
+    garbage collector until the run returns (gc.freeze): the collections that Numba's first kernel
+    load triggers (its registries: 10^5 objects) walked it, ~50 ms a process (docs/performance.md,
+    "Start-up: the exit"). Whether it did."""
+    if not cli.OWN_PROCESS or gc.get_freeze_count():
+        return False
+    import ordersim.simulate  # noqa: F401  (the run's modules, which run_locked imports)
+
+    gc.freeze()
+    return True
 
 
 def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cell | None,
@@ -159,10 +176,6 @@ def run_locked(values: dict, resume: bool, comm, size: int, rank: int, cell: Cel
                                    default_out_path, plan_data, prepare, run_experiment,
                                    stop_at_phase_boundary, summary_table)
 
-    # What the imports made lives to the exit: frozen, the collections that Numba's first kernel
-    # load triggers (its registries: 10^5 objects) no longer walk it, ~50 ms a process
-    # (docs/performance.md, "Start-up: the exit")
-    gc.freeze()
     started = time.perf_counter()  # the last line's time: the whole job, compiling included
     stop = stop_request()  # installed by `python -m ordersim run` before its imports
     backend = SerialBackend(1)

@@ -78,9 +78,10 @@ def test_an_open_hdf5_file_or_a_running_thread_keeps_the_teardown(case, tmp_path
 
 
 # `python -m ordersim ARGS` as run, in the directory argv[1]/rank-R of each rank R: "teardown" when
-# the interpreter freed the module's objects, "finalized" when MPI_Finalize returned.
+# the interpreter freed the module's objects, "finalized" when MPI_Finalize returned (with the
+# number of objects still frozen then), "frozen" when gc.freeze() was called.
 COMMAND = textwrap.dedent("""
-    import json, os, runpy, sys
+    import gc, json, os, runpy, sys
     from pathlib import Path
 
     from mpi4py import MPI
@@ -99,11 +100,18 @@ COMMAND = textwrap.dedent("""
     kept = Teardown(marks / "teardown")  # freed only by the interpreter's teardown
     finalize = MPI.Finalize
 
-    def finalize_and_mark():
+    def finalize_and_mark():  # at the exit: records whether anything is still frozen
         finalize()
-        (marks / "finalized").touch()
+        (marks / "finalized").write_text(json.dumps(gc.get_freeze_count()))
 
     MPI.Finalize = finalize_and_mark
+    freeze = gc.freeze
+
+    def freeze_and_mark():
+        freeze()
+        (marks / "frozen").touch()
+
+    gc.freeze = freeze_and_mark
     sys.argv = ["ordersim", *json.loads(sys.argv[2])]
     runpy.run_module("ordersim", run_name="__main__", alter_sys=True)
 """)
@@ -117,17 +125,31 @@ def statuses(trace):
 
 
 def test_a_run_skips_the_teardown_and_the_other_commands_keep_it(tmp_path):
-    """`python -m ordersim run` (the default command) leaves without the teardown, its trace whole;
-    the listings, which tests run in one process one after the other, return through SystemExit."""
+    """`python -m ordersim run` (the default command) freezes its imports while it runs and leaves
+    without the teardown, its trace whole; the listings, which tests run in one process one after
+    the other, return through SystemExit."""
     out = tmp_path / "trace.h5"
     done = run_script(COMMAND, tmp_path / "run", json.dumps([*SMALL_RUN, "--out", str(out)]))
     assert done.returncode == 0, done.stderr
     marks = tmp_path / "run" / "rank-0"
-    assert (marks / "finalized").exists() and not (marks / "teardown").exists()
+    assert (marks / "frozen").exists() and json.loads((marks / "finalized").read_text()) == 0
+    assert not (marks / "teardown").exists()
     assert statuses(out) == ["completed", "completed"]
     done = run_script(COMMAND, tmp_path / "listing", json.dumps(["orderers"]))
     assert done.returncode == 0 and "cd-grab" in done.stdout, done.stderr
     assert (tmp_path / "listing" / "rank-0" / "teardown").exists()
+
+
+def test_a_run_called_in_the_same_process_freezes_nothing(tmp_path):
+    """cli.main() returns to its caller, whose process goes on: its objects stay collectable."""
+    import gc
+
+    from ordersim.cli import main
+
+    assert gc.get_freeze_count() == 0
+    assert main([*SMALL_RUN, "--out", str(tmp_path / "trace.h5")]) == 0
+    assert gc.get_freeze_count() == 0
+    assert statuses(tmp_path / "trace.h5") == ["completed", "completed"]
 
 
 @pytest.mark.mpi
@@ -141,5 +163,6 @@ def test_every_rank_of_a_run_finalizes_mpi_before_it_leaves(ranks, tmp_path):
     assert done.returncode == 0, done.stderr
     for rank in range(ranks):
         marks = tmp_path / "marks" / f"rank-{rank}"
-        assert (marks / "finalized").exists() and not (marks / "teardown").exists(), rank
+        assert (marks / "frozen").exists() and json.loads((marks / "finalized").read_text()) == 0, rank
+        assert not (marks / "teardown").exists(), rank
     assert statuses(out) == ["completed", "completed"]
