@@ -32,7 +32,6 @@ import atexit
 import ctypes
 import gc
 import io
-import itertools
 import sys
 import threading
 
@@ -82,12 +81,10 @@ def _flush_open_files() -> None:
     would, when it frees them)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    objects = gc.get_objects()
-    # The buffered file types that open() returns, and their subclasses, picked out by C-level
-    # iteration: a Python loop over a run's 10^5 objects took 25 ms (0.1 s with io.IOBase, an ABC).
-    kinds = {kind for kind in set(map(type, objects)) if issubclass(kind, BUFFERED_FILES)}
-    for obj in itertools.compress(objects, map(kinds.__contains__, map(type, objects))):
-        if not obj.closed and obj.writable():
+    for obj in gc.get_objects():
+        # the buffered types that open() returns, C types: isinstance of io.IOBase, an ABC, took
+        # 0.1 s over a run's 10^5 objects, this test ~35 ms
+        if isinstance(obj, BUFFERED_FILES) and not obj.closed and obj.writable():
             obj.flush()
 
 
