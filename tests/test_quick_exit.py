@@ -11,15 +11,8 @@ import pytest
 
 from conftest import ROOT, run_mpi
 
-# Marks what happened at the exit in the directory argv[1]: "teardown" when the interpreter freed
-# the module's objects, "atexit" when the exit handlers ran; "buffered" holds what a file object
-# had in its buffer, unflushed, when the exit began.
-MARKS = textwrap.dedent("""
-    import atexit, sys
-    from pathlib import Path
-
-    marks = Path(sys.argv[1])
-
+# A script's lines that mark, in its directory `marks`, whether the interpreter's teardown ran.
+TEARDOWN = textwrap.dedent("""
     class Teardown:
         def __init__(self, path):
             self.path = str(path)  # no module of its own is needed late in the teardown
@@ -28,6 +21,17 @@ MARKS = textwrap.dedent("""
             open(self.path, "w").close()
 
     kept = Teardown(marks / "teardown")  # freed only by the interpreter's teardown
+""")
+
+# Marks what happened at the exit in the directory argv[1]: "teardown" when the interpreter freed
+# the module's objects, "atexit" when the exit handlers ran; "buffered" holds what a file object
+# had in its buffer, unflushed, when the exit began.
+MARKS = textwrap.dedent("""
+    import atexit, sys
+    from pathlib import Path
+
+    marks = Path(sys.argv[1])
+""") + TEARDOWN + textwrap.dedent("""
     atexit.register((marks / "atexit").touch)
     pending = open(marks / "buffered", "w")
     pending.write("written before the exit")  # stays in the file object's buffer
@@ -89,15 +93,7 @@ COMMAND = textwrap.dedent("""
     rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     marks = Path(sys.argv[1]) / f"rank-{rank}"
     marks.mkdir(parents=True)
-
-    class Teardown:
-        def __init__(self, path):
-            self.path = str(path)  # no module of its own is needed late in the teardown
-
-        def __del__(self, open=open):  # bound now: late in the teardown the builtins are gone
-            open(self.path, "w").close()
-
-    kept = Teardown(marks / "teardown")  # freed only by the interpreter's teardown
+""") + TEARDOWN + textwrap.dedent("""
     finalize = MPI.Finalize
 
     def finalize_and_mark():  # at the exit: records whether anything is still frozen
