@@ -58,14 +58,17 @@ def commands_help() -> str:
 
 
 def with_command(argv: list[str]) -> list[str]:
-    """The arguments with their command first: `run` when none is given (options, or a config)."""
+    """The arguments with their command first: `run` when none is given (options, or a config);
+    `--version` alone is no command's option and stays as it is."""
+    if argv[:1] == ["--version"]:
+        return argv
     if not argv or argv[0].startswith("-") or argv[0].endswith(".toml"):
         return ["run", *argv]
     return argv
 
 
 # Set by script() for `run`: the process is the command's own and ends with it, so the run may
-# freeze what its imports made (runner.run_locked) and leave without the interpreter's teardown.
+# freeze what its imports made (runner.freeze_imports) and leave without the interpreter's teardown.
 OWN_PROCESS = False
 
 
@@ -75,7 +78,7 @@ def script() -> None:
     itself returns, and freezes nothing, for callers in the same process."""
     global OWN_PROCESS
     argv = sys.argv[1:]
-    OWN_PROCESS = argv[:1] != ["--version"] and with_command(argv)[0] == "run"
+    OWN_PROCESS = with_command(argv)[0] == "run"
     status = main(argv)
     if OWN_PROCESS:
         from ordersim.quick_exit import exit_without_teardown
@@ -85,14 +88,13 @@ def script() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = with_command(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--version"]:
         from ordersim.provenance import versions
 
         for name, version in versions():
             print(f"{name:<12} {version}")
         return 0
-    argv = with_command(argv)
     if argv[0] not in COMMANDS:
         print(f"ordersim: error: unknown command {argv[0]!r}; commands: {', '.join(COMMANDS)}",
               file=sys.stderr)

@@ -9,11 +9,11 @@ import sys
 import time
 
 from ordersim import backend as backend_module
+from ordersim import cli
 from ordersim.backend import (INSTALL_MPI, MPIBackend, MPIUnavailable, SerialBackend,
                               abort_on_exception, world)
 from ordersim.checkpoint import CheckpointError, checkpoint_path
 from ordersim.checkpoint import load as load_checkpoint
-from ordersim import cli
 from ordersim.cli import commands_help, counted
 from ordersim.config import (SIGNAL_GRACE_SECONDS, ConfigError, OneLineParser, add_arguments,
                              build_config, check_fields, overrides_from_args)

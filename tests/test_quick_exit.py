@@ -48,6 +48,11 @@ EXIT = MARKS + textwrap.dedent("""
     elif sys.argv[2] == "running-thread":
         import threading, time
         threading.Thread(target=lambda: (time.sleep(0.5), (marks / "thread").touch())).start()
+    elif sys.argv[2] == "unflushable-file":  # its descriptor closed under it: its flush fails
+        import os
+        broken = os.fdopen(os.dup(1), "w")
+        broken.write("lost")
+        os.close(broken.fileno())
     exit_without_teardown(3)
 """)
 
@@ -66,10 +71,11 @@ def test_the_exit_runs_the_handlers_flushes_and_skips_the_teardown(tmp_path):
     assert not (tmp_path / "teardown").exists()
 
 
-@pytest.mark.parametrize("case", ["open-hdf5", "running-thread"])
-def test_an_open_hdf5_file_or_a_running_thread_keeps_the_teardown(case, tmp_path):
-    """HDF5 flushes an open file when the library shuts down, and Python joins a running thread:
-    the exit leaves through SystemExit then, teardown included."""
+@pytest.mark.parametrize("case", ["open-hdf5", "running-thread", "unflushable-file"])
+def test_what_the_teardown_must_see_keeps_it(case, tmp_path):
+    """HDF5 flushes an open file when the library shuts down, Python joins a running thread and
+    reports a file it cannot flush: the exit leaves through SystemExit then, teardown included,
+    with the run's status."""
     done = run_script(EXIT, tmp_path, case)
     assert done.returncode == 3, done.stderr
     assert (tmp_path / "teardown").exists() and (tmp_path / "atexit").exists()
@@ -77,7 +83,7 @@ def test_an_open_hdf5_file_or_a_running_thread_keeps_the_teardown(case, tmp_path
     if case == "open-hdf5":
         with h5py.File(tmp_path / "open.h5", "r") as f:
             assert f["x"][:].tolist() == [1.0, 2.0]
-    else:
+    elif case == "running-thread":
         assert (tmp_path / "thread").exists()
 
 
